@@ -1,0 +1,31 @@
+# Two commands matter: `make quickstart` (main job on the embedded local[N] Spark) and `make test`.
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.setup-stamp
+
+.PHONY: setup quickstart test bench doctor clean
+
+setup: $(STAMP)
+
+# Re-runs only when the pins or the package metadata change; the Horovod wheel is cached.
+$(STAMP): constraints.txt setup.cfg pyproject.toml scripts/build_horovod.sh
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
+	$(PY) -m pip install --quiet -c constraints.txt torch
+	scripts/build_horovod.sh $(PY)
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test]'
+	$(VENV)/bin/sparkml-par doctor
+	touch $(STAMP)
+
+quickstart: setup
+	$(VENV)/bin/sparkml-par run conf/quickstart.yaml
+
+test: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+doctor: setup
+	$(VENV)/bin/sparkml-par doctor
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,0 +1,85 @@
+"""One SparkSession builder for every entry point.
+
+On the embedded default (`local[N]`, `local-cluster[...]`) everything binds to loopback, so nothing
+listens on a public interface. An already active session (a Databricks notebook, a spark-submit job
+that built its own) is reused as is and never stopped by us.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+from typing import Iterator
+
+from sparkml_par.config import SparkConfig
+
+log = logging.getLogger(__name__)
+
+LOOPBACK = "127.0.0.1"
+
+
+def is_local_master(master: str) -> bool:
+    return master == "local" or master.startswith(("local[", "local-cluster["))
+
+
+def session_settings(cfg: SparkConfig) -> dict[str, str]:
+    """Every setting the builder applies: ours first, then the user's spark.* settings win."""
+    settings = {"spark.app.name": cfg.app_name, "spark.master": cfg.master}
+    if is_local_master(cfg.master):
+        settings.update({
+            "spark.driver.host": LOOPBACK,
+            "spark.driver.bindAddress": LOOPBACK,
+            "spark.ui.enabled": "false",
+            "spark.sql.shuffle.partitions": "8",
+            # Executors of the embedded default run the driver's interpreter (the project's venv).
+            "spark.pyspark.python": sys.executable,
+            "spark.pyspark.driver.python": sys.executable,
+        })
+    if cfg.use_gpu:
+        settings.update({
+            "spark.executor.resource.gpu.amount": str(cfg.gpus_per_executor),
+            "spark.task.resource.gpu.amount": "1",
+        })
+        if cfg.gpu_discovery_script:
+            settings["spark.executor.resource.gpu.discoveryScript"] = cfg.gpu_discovery_script
+            if is_local_master(cfg.master):
+                # In local[N] the driver's JVM runs the tasks, so it owns the GPUs.
+                settings["spark.driver.resource.gpu.amount"] = str(cfg.gpus_per_executor)
+                settings["spark.driver.resource.gpu.discoveryScript"] = cfg.gpu_discovery_script
+    settings.update(cfg.conf)
+    return settings
+
+
+def get_or_create_session(cfg: SparkConfig):
+    """Returns (session, created): an active session is reused, otherwise one is built from cfg."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        master = active.sparkContext.master
+        if master != cfg.master:
+            log.info("reusing the active Spark session (master %s); spark.master=%s is ignored", master, cfg.master)
+        return active, False
+    if is_local_master(cfg.master):
+        # Read by the driver JVM and by local-cluster executors at start-up, before any setting applies.
+        os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder
+    for key, value in session_settings(cfg).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    return session, True
+
+
+@contextlib.contextmanager
+def spark_session(cfg: SparkConfig) -> Iterator:
+    """A session for the duration of a job; stopped afterwards only if this call created it."""
+    session, created = get_or_create_session(cfg)
+    try:
+        yield session
+    finally:
+        if created:
+            session.stop()
