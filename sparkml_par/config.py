@@ -232,8 +232,11 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {str(path)!r} does not exist; pass a YAML file such as conf/quickstart.yaml")
     try:
         raw = yaml.safe_load(path.read_text())
+    except yaml.constructor.ConstructorError as exc:
+        raise ConfigError(f"config file {str(path)!r} uses a YAML tag that builds objects ({_yaml_problem(exc)}); "
+                          f"config files hold plain values only") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {exc}") from None
+        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {_yaml_problem(exc)}") from None
     if raw is None:
         return {}
     if not isinstance(raw, dict):
@@ -241,26 +244,51 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return raw
 
 
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's problem and position on one line (its own text spans several lines)."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem:
+        mark = exc.problem_mark
+        return f"{exc.problem} at line {mark.line + 1}, column {mark.column + 1}" if mark else exc.problem
+    return " ".join(str(exc).split())
+
+
 def _apply_override(raw: dict[str, Any], override: str) -> None:
     key, sep, text = override.partition("=")
     if not sep or not key.strip():
         raise ConfigError(f"override {override!r} is not of the form section.key=value (e.g. train.epochs=3)")
+    value = _parse_override_value(override, text)
     parts = key.strip().split(".")
     node = raw
-    cls: Any = Config
+    hint: Any = Config
     for i, part in enumerate(parts[:-1]):
-        hint = _field_type(cls, part)
-        if _origin(hint) is dict:
+        if _origin(hint) is dict:  # part names an entry of a dict of sections: tune.space.lr.type=uniform
+            hint = typing.get_args(hint)[1]
+        else:
+            hint = _field_type(_unwrap_optional(hint), part)
+        node = _override_section(node, part, override, parts[:i + 1])
+        if _origin(hint) is dict and not dataclasses.is_dataclass(typing.get_args(hint)[1]):
             # The rest of the path is one dict key: spark.conf.spark.sql.shuffle.partitions=4
-            node = node.setdefault(part, {})
-            node[".".join(parts[i + 1:])] = yaml.safe_load(text)
+            node[".".join(parts[i + 1:])] = value
             return
-        cls = _unwrap_optional(hint) if hint is not None else None
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
-            raise ConfigError(f"override {override!r}: {'.'.join(parts[:i + 1])} is not a section")
-        node = child
-    node[parts[-1]] = yaml.safe_load(text) if text.strip() else ""
+    node[parts[-1]] = value
+
+
+def _parse_override_value(override: str, text: str) -> Any:
+    """The value as YAML reads it (numbers, booleans, lists); an empty value is the empty string."""
+    if not text.strip():
+        return ""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"override {override!r}: the value is not valid YAML ({_yaml_problem(exc)}); "
+                          f"quote it to pass a string") from None
+
+
+def _override_section(node: dict[str, Any], part: str, override: str, path: list[str]) -> dict[str, Any]:
+    child = node.setdefault(part, {})
+    if not isinstance(child, dict):
+        raise ConfigError(f"override {override!r}: {'.'.join(path)} is not a section")
+    return child
 
 
 def _field_type(cls: Any, name: str) -> Any:
@@ -284,8 +312,24 @@ def _interpolate_env(value: Any, path: str) -> Any:
             raise ConfigError(
                 f"{path}: environment variable {name!r} is not set; export it or write ${{{name}:-default}}"
             )
-        return _ENV_PATTERN.sub(substitute, value)
+        result, count = _ENV_PATTERN.subn(substitute, value)
+        return _FromEnv(result) if count else result
     return value
+
+
+class _FromEnv(str):
+    """A string ${VAR} interpolation produced: a number or boolean field parses it as YAML would."""
+
+
+def _from_env(value: _FromEnv, hint: Any) -> Any:
+    text = str(value)  # a plain str again: yaml.safe_dump refuses str subclasses
+    if _unwrap_optional(hint) not in (bool, int, float):
+        return text
+    try:
+        parsed = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    return parsed if isinstance(parsed, (bool, int, float)) else text
 
 
 def _origin(hint: Any) -> Any:
@@ -323,6 +367,8 @@ def _unknown_key_message(key_path: str, key: str, valid: list[str]) -> str:
 
 
 def _coerce(value: Any, hint: Any, path: str, meta: typing.Mapping[str, Any]) -> Any:
+    if isinstance(value, _FromEnv):
+        value = _from_env(value, hint)
     origin = _origin(hint)
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in typing.get_args(hint):
@@ -391,7 +437,7 @@ def _check_section(section: Any, path: str) -> None:
         if section.type == "choice" and not section.values:
             raise ConfigError(f"{path}: a choice parameter needs a non-empty 'values' list")
         if section.type != "choice" and (section.low is None or section.high is None or section.low >= section.high):
-            raise ConfigError(f"{path}: a {section.type} parameter needs low < high, got low={section.low!r} "
+            raise ConfigError(f"{path}: type {section.type!r} needs low < high, got low={section.low!r} "
                               f"high={section.high!r}")
         if section.type == "loguniform" and section.low is not None and section.low <= 0:
             raise ConfigError(f"{path}: a loguniform parameter needs low > 0, got {section.low!r}")

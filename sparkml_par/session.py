@@ -59,8 +59,11 @@ def get_or_create_session(cfg: SparkConfig):
     active = SparkSession.getActiveSession()
     if active is not None:
         master = active.sparkContext.master
-        if master != cfg.master:
-            log.info("reusing the active Spark session (master %s); spark.master=%s is ignored", master, cfg.master)
+        # Nothing silently dropped: name every requested setting the reused session does not have.
+        ignored = [f"spark.master={cfg.master}"] if master != cfg.master else []
+        ignored += [f"{key}={value}" for key, value in cfg.conf.items() if active.conf.get(key, None) != value]
+        if ignored:
+            log.info("reusing the active Spark session (master %s); not applied: %s", master, ", ".join(ignored))
         return active, False
     if is_local_master(cfg.master):
         # Read by the driver JVM and by local-cluster executors at start-up, before any setting applies.

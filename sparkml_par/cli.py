@@ -1,0 +1,120 @@
+"""`sparkml-par`: the pipeline's commands, each taking `CONF [section.key=value ...]` the same way.
+
+A stage plugs in with one line in COMMANDS. Its module is imported only when its command runs, so
+`--version`, `config` and `doctor`'s start-up do not pay for importing Spark, torch or Horovod.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Callable, Optional, Sequence
+
+from sparkml_par import __version__
+from sparkml_par.config import Config, describe, load_config
+from sparkml_par.errors import SparkmlParError
+from sparkml_par.logs import setup_logging
+
+# command -> ("module:function", help); the function takes the loaded Config and returns the exit code.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "smoke": ("sparkml_par.smoke:run", "2 Horovod ranks in a Spark barrier stage all-reduce a tensor"),
+}
+
+_OVERRIDES_HELP = "section.key=value settings that win over CONF, e.g. train.epochs=3 spark.master=local[4]"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Runs one command; a SparkmlParError becomes `error: <message>` on stderr and exit code 2."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version and usage errors: return argparse's code instead
+        return int(exc.code or 0)
+    try:
+        return args.handler(args)
+    except SparkmlParError as exc:
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sparkml-par",
+        description="Spark data preparation, barrier-mode Horovod training of PyTorch models, Spark scoring.",
+    )
+    parser.add_argument("--version", action="version", version=f"sparkml-par {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    doctor = commands.add_parser("doctor", help="check that this machine's Python, Java and packages can run the "
+                                                "pipeline, and say how to fix what cannot")
+    doctor.set_defaults(handler=_run_doctor)
+
+    config = commands.add_parser("config", help="print the effective config as YAML")
+    _add_config_arguments(config, conf_required=False)
+    config.add_argument("--reference", action="store_true", help="print every key with its default and meaning")
+    config.set_defaults(handler=_run_config)
+
+    for name, (_, help_text) in COMMANDS.items():
+        stage = commands.add_parser(name, help=help_text)
+        _add_config_arguments(stage, conf_required=True)
+        stage.set_defaults(handler=_run_stage)
+    return parser
+
+
+def _add_config_arguments(parser: argparse.ArgumentParser, conf_required: bool) -> None:
+    parser.add_argument("conf", metavar="CONF", nargs=None if conf_required else "?",
+                        help="YAML config file, e.g. conf/quickstart.yaml")
+    parser.add_argument("overrides", metavar="section.key=value", nargs="*", help=_OVERRIDES_HELP)
+    parser.add_argument("--quiet", action="store_true", help="only warnings and the final summary (output.quiet)")
+    parser.add_argument("--log-format", choices=["text", "json"], help="log lines as text or JSON (output.log_format)")
+
+
+def _load(args: argparse.Namespace) -> Config:
+    """The config from CONF and overrides; --quiet and --log-format are overrides of output.*."""
+    overrides = list(args.overrides)
+    if args.quiet:
+        overrides.append("output.quiet=true")
+    if args.log_format:
+        overrides.append(f"output.log_format={args.log_format}")
+    cfg = load_config(args.conf, overrides)
+    setup_logging(cfg.output.quiet, cfg.output.log_format)
+    return cfg
+
+
+def _resolve(target: str) -> Callable[[Config], int]:
+    module_name, _, function_name = target.partition(":")
+    return getattr(importlib.import_module(module_name), function_name)
+
+
+def _run_stage(args: argparse.Namespace) -> int:
+    cfg = _load(args)
+    return _resolve(COMMANDS[args.command][0])(cfg)
+
+
+def _run_doctor(args: argparse.Namespace) -> int:
+    from sparkml_par import doctor
+
+    return doctor.report()
+
+
+def _run_config(args: argparse.Namespace) -> int:
+    if args.reference:
+        print(config_reference())
+        return 0
+    if args.conf is None:
+        raise SparkmlParError("config needs CONF, a YAML file such as conf/quickstart.yaml, or --reference")
+    print(_load(args).to_yaml(), end="")
+    return 0
+
+
+def config_reference() -> str:
+    """Every key, its default and its meaning, one aligned line each."""
+    rows = describe()
+    key_width = max(len(key) for key, _, _ in rows)
+    default_width = max(len(default) for _, default, _ in rows)
+    return "\n".join(f"{key:<{key_width}}  {default:<{default_width}}  {doc}" for key, default, doc in rows)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,212 @@
+"""`sparkml-par doctor`: is this machine's stack one that runs the pipeline, and if not, what to do.
+
+The stack is old at its petastorm/Horovod end on purpose, so most failures come from a
+package that drifted. In a repository checkout the versions are compared with the pins in
+constraints.txt; in an installed package, with the versions the stack needs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Optional, TextIO
+
+HOROVOD_FIX = ("run `make setup`, which builds Horovod with scripts/build_horovod.sh "
+               "(run the script directly when setup already ran)")
+
+# Version prefix each package needs and why: what is checked when no constraints.txt is at hand.
+EXPECTED: dict[str, tuple[str, str]] = {
+    "pyspark": ("4.1", "the pipeline is built and tested on Spark 4.1"),
+    "torch": ("2", "the models and Horovod's torch bindings are built for torch 2"),
+    "horovod": ("0.28", "the launcher is written against Horovod 0.28's Gloo rendezvous"),
+    "petastorm": ("0.12", "0.13 pins setuptools<70, which conflicts with torch's setuptools>=77"),
+    "pyarrow": ("14", "petastorm 0.12 imports pyarrow.filesystem and the legacy ParquetDataset, gone in pyarrow 15"),
+    "numpy": ("1", "pyarrow 14 is built against numpy 1.x"),
+}
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+def find_constraints() -> Optional[Path]:
+    """constraints.txt next to the package: present in a repository checkout, absent in an install."""
+    path = Path(__file__).resolve().parent.parent / "constraints.txt"
+    return path if path.is_file() else None
+
+
+def read_pins(path: Path) -> dict[str, str]:
+    pins = {}
+    for line in path.read_text().splitlines():
+        name, sep, version = line.split("#", 1)[0].strip().partition("==")
+        if sep:
+            pins[name.strip().lower()] = version.strip()
+    return pins
+
+
+def version_problem(dist: str, version: str, pins: Optional[Mapping[str, str]]) -> Optional[str]:
+    """Why this version of dist does not fit the stack, or None when it does."""
+    base = version.split("+", 1)[0]  # torch 2.13.0+cpu and 2.13.0+cu121 are both 2.13.0
+    prefix, why = EXPECTED[dist]
+    if base.split(".")[:prefix.count(".") + 1] != prefix.split("."):
+        return f"{dist} {prefix}.x is required: {why}"
+    if pins and dist in pins and base != pins[dist]:
+        return f"constraints.txt pins {dist}=={pins[dist]}"
+    return None
+
+
+def _pip_fix(dist: str, pins: Optional[Mapping[str, str]]) -> str:
+    if pins and dist in pins:
+        return f"install the pinned version: `pip install -c constraints.txt {dist}=={pins[dist]}`"
+    return f"install a matching version: `pip install '{dist}=={EXPECTED[dist][0]}.*'`"
+
+
+def check_python(version_info: tuple[int, ...] = tuple(sys.version_info[:3])) -> CheckResult:
+    version = ".".join(map(str, version_info[:3]))
+    if tuple(version_info[:2]) != (3, 11):
+        return CheckResult("Python", False, f"{version}; Python 3.11 is required (torch, pyarrow 14 and the "
+                                            f"Horovod build are pinned for it)",
+                           "create the environment with Python 3.11: `make clean setup PYTHON=python3.11`")
+    return CheckResult("Python", True, f"{version} ({sys.executable})")
+
+
+def parse_java_major(version_output: str) -> Optional[int]:
+    """The major version in `java -version` output: 'version "17.0.15"' is 17, 'version "1.8.0_392"' is 8."""
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', version_output)
+    if not match:
+        return None
+    major = int(match.group(1))
+    return int(match.group(2)) if major == 1 and match.group(2) else major
+
+
+def check_java(environ: Mapping[str, str] = os.environ) -> CheckResult:
+    """The java Spark will start: $JAVA_HOME/bin/java when JAVA_HOME is set (as spark-class does), else PATH."""
+    java_home = environ.get("JAVA_HOME")
+    if java_home:
+        java = os.path.join(java_home, "bin", "java")
+        if not os.access(java, os.X_OK):
+            return CheckResult("Java", False, f"JAVA_HOME={java_home} has no bin/java",
+                               "point JAVA_HOME at a Java 17 installation, or unset it to use java from PATH")
+    else:
+        java = shutil.which("java", path=environ.get("PATH"))
+        if java is None:
+            return CheckResult("Java", False, "java not found on PATH",
+                               "install Java 17 (e.g. `apt-get install openjdk-17-jre-headless`) or set JAVA_HOME")
+    try:
+        proc = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return CheckResult("Java", False, f"`{java} -version` failed: {exc}", "reinstall Java 17 or fix JAVA_HOME")
+    output = proc.stderr + proc.stdout  # java prints its version on stderr
+    major = parse_java_major(output)
+    if proc.returncode != 0 or major is None:
+        last = output.strip().splitlines()[-1] if output.strip() else "no output"
+        return CheckResult("Java", False, f"`{java} -version` exited {proc.returncode}: {last}",
+                           "reinstall Java 17 or fix JAVA_HOME")
+    version = re.search(r'version "([^"]+)"', output).group(1)
+    if major < 17:
+        return CheckResult("Java", False, f"{version} ({java}); Spark 4.1 needs Java 17 or newer",
+                           "install Java 17 and set JAVA_HOME to it")
+    return CheckResult("Java", True, f"{version} ({java})")
+
+
+def _import(module: str):
+    """The module, or the one-line reason it does not import (a broken install can raise anything)."""
+    try:
+        return importlib.import_module(module), None
+    except Exception as exc:  # noqa: BLE001 - the doctor reports every failure instead of crashing
+        return None, f"{module} does not import: {type(exc).__name__}: {exc}"
+
+
+def check_package(name: str, dist: str, pins: Optional[Mapping[str, str]]) -> CheckResult:
+    module, error = _import(dist)
+    if error:
+        return CheckResult(name, False, error, _pip_fix(dist, pins))
+    version = module.__version__
+    label = version if name.lower() == dist else f"{dist} {version}"
+    problem = version_problem(dist, version, pins)
+    if problem:
+        return CheckResult(name, False, f"{label}; {problem}", _pip_fix(dist, pins))
+    return CheckResult(name, True, label)
+
+
+def check_torch(pins: Optional[Mapping[str, str]]) -> CheckResult:
+    torch, error = _import("torch")
+    if error:
+        return CheckResult("torch", False, error, _pip_fix("torch", pins))
+    if torch.version.cuda is None:
+        devices = "CPU build"
+    elif torch.cuda.is_available():
+        devices = f"CUDA {torch.version.cuda}, {torch.cuda.device_count()} GPU(s) visible"
+    else:
+        devices = f"CUDA {torch.version.cuda} build, no GPU visible"
+    detail = f"{torch.__version__}, {devices}"
+    problem = version_problem("torch", torch.__version__, pins)
+    if problem:
+        return CheckResult("torch", False, f"{detail}; {problem}", _pip_fix("torch", pins))
+    return CheckResult("torch", True, detail)
+
+
+def check_horovod(pins: Optional[Mapping[str, str]]) -> CheckResult:
+    horovod, error = _import("horovod")
+    if error:
+        return CheckResult("Horovod", False, error, HOROVOD_FIX)
+    version = horovod.__version__
+    problem = version_problem("horovod", version, pins)
+    if problem:
+        return CheckResult("Horovod", False, f"{version}; {problem}", HOROVOD_FIX)
+    hvd, error = _import("horovod.torch")
+    if error:
+        return CheckResult("Horovod", False, f"{version} without PyTorch support: {error}", HOROVOD_FIX)
+    gloo, nccl, mpi = bool(hvd.gloo_built()), bool(hvd.nccl_built()), bool(hvd.mpi_built())
+    detail = (f"{version}, PyTorch yes, Gloo {'yes' if gloo else 'no'}, NCCL {'yes' if nccl else 'no'}, "
+              f"MPI {'yes' if mpi else 'no'}")
+    if not gloo:
+        return CheckResult("Horovod", False, f"{detail}; the Spark launcher needs Gloo", HOROVOD_FIX)
+    import torch
+
+    if torch.cuda.is_available() and not nccl:
+        return CheckResult("Horovod", False, f"{detail}; GPUs are visible but Horovod has no NCCL",
+                           "`pip uninstall horovod`, delete its wheel under ~/.cache/sparkml_par/wheels and run "
+                           "scripts/build_horovod.sh on this machine: it builds with NCCL when torch sees a GPU")
+    return CheckResult("Horovod", True, detail)
+
+
+def run_checks(pins: Optional[Mapping[str, str]]) -> list[CheckResult]:
+    return [
+        check_python(),
+        check_java(),
+        check_package("Spark", "pyspark", pins),
+        check_torch(pins),
+        check_horovod(pins),
+        check_package("petastorm", "petastorm", pins),
+        check_package("pyarrow", "pyarrow", pins),
+        check_package("numpy", "numpy", pins),
+    ]
+
+
+def report(stream: Optional[TextIO] = None) -> int:
+    """Prints one line per component and a fix under each problem; 0 when the stack can run, else 1."""
+    stream = sys.stdout if stream is None else stream
+    constraints = find_constraints()
+    pins = read_pins(constraints) if constraints else None
+    results = run_checks(pins)
+    width = max(len(r.name) for r in results)
+    for r in results:
+        print(f"{'ok' if r.ok else 'FAIL':<5} {r.name:<{width}}  {r.detail}", file=stream)
+        if r.fix:
+            print(f"      fix: {r.fix}", file=stream)
+    basis = f"the pins in {constraints}" if constraints else "the versions the stack needs (no constraints.txt)"
+    problems = sum(not r.ok for r in results)
+    verdict = "the stack can run" if not problems else f"{problems} problem(s): the stack cannot run"
+    print(f"compared with {basis}; {verdict}", file=stream)
+    return 1 if problems else 0

@@ -1,0 +1,292 @@
+"""The `sparkml-par` command line, its logging setup and `doctor`'s checks."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sparkml_par import __version__, cli, doctor
+from sparkml_par.config import describe, load_config
+from sparkml_par.errors import SparkmlParError
+from sparkml_par.logs import setup_logging
+
+REPO = Path(__file__).resolve().parent.parent
+QUICKSTART = str(REPO / "conf" / "quickstart.yaml")
+COMPONENTS = ["Python", "Java", "Spark", "torch", "Horovod", "petastorm", "pyarrow", "numpy"]
+
+received = []
+
+
+def record_config(cfg) -> int:
+    """A stage plugged into COMMANDS by the tests: keeps the config it was given."""
+    received.append(cfg)
+    return 3
+
+
+def fail_with_user_error(cfg) -> int:
+    raise SparkmlParError("num_proc=4 but the cluster has 2 task slots;\nlower train.num_proc")
+
+
+def crash(cfg) -> int:
+    raise RuntimeError("a bug, not a user error")
+
+
+@pytest.fixture(autouse=True)
+def _restore_root_logger():
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+@pytest.fixture
+def stage(monkeypatch):
+    """Registers a test function as a command, the one line a real stage adds to COMMANDS."""
+    def register(name, function):
+        monkeypatch.setitem(cli.COMMANDS, name, (f"{__name__}:{function.__name__}", "test stage"))
+    received.clear()
+    return register
+
+
+def test_version(capsys):
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out == f"sparkml-par {__version__}\n"
+
+
+def test_no_command_is_a_usage_error(capsys):
+    assert cli.main([]) == 2
+    assert "the following arguments are required: COMMAND" in capsys.readouterr().err
+
+
+def test_smoke_is_registered_lazily():
+    assert cli.COMMANDS["smoke"][0] == "sparkml_par.smoke:run"
+    assert "smoke" in cli.build_parser().format_help()
+
+
+def test_config_prints_the_effective_config_with_overrides(capsys):
+    assert cli.main(["config", QUICKSTART, "train.epochs=7", "spark.conf.spark.sql.shuffle.partitions=3"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["train"]["epochs"] == 7
+    assert printed["train"]["model"] == "cnn"  # from the file
+    assert printed["spark"]["conf"] == {"spark.sql.shuffle.partitions": "3"}
+    assert printed == load_config(QUICKSTART, ["train.epochs=7", "spark.conf.spark.sql.shuffle.partitions=3"]).to_dict()
+
+
+def test_quiet_and_log_format_flags_set_output_keys(capsys):
+    assert cli.main(["config", QUICKSTART, "--quiet", "--log-format", "json"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["output"] == {"run_dir": "runs/latest", "log_format": "json",
+                                                                 "quiet": True}
+
+
+def test_config_reference_lists_every_key(capsys):
+    assert cli.main(["config", "--reference"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == [key for key, _, _ in describe()]
+    assert any(line.split() == ["train.epochs", "5", "Passes", "over", "the", "train", "split."] for line in lines)
+
+
+def test_config_without_a_file(capsys):
+    assert cli.main(["config"]) == 2
+    assert capsys.readouterr().err == (
+        "error: config needs CONF, a YAML file such as conf/quickstart.yaml, or --reference\n")
+
+
+def test_bad_override_exits_2_with_one_error_line(capsys):
+    assert cli.main(["config", QUICKSTART, "train.optimizer=adamm"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == ("error: train.optimizer: 'adamm' is not allowed (did you mean 'adam'?); "
+                            "choose one of 'sgd', 'adam', 'adamw'\n")
+
+
+def test_stage_gets_the_loaded_config_and_returns_its_code(stage):
+    stage("probe", record_config)
+    assert cli.main(["probe", QUICKSTART, "train.epochs=2", "--quiet"]) == 3
+    (cfg,) = received
+    assert (cfg.train.epochs, cfg.train.model, cfg.output.quiet) == (2, "cnn", True)
+    assert logging.getLogger().level == logging.WARNING
+
+
+def test_stage_needs_a_config_file(stage, capsys):
+    stage("probe", record_config)
+    assert cli.main(["probe"]) == 2
+    assert "the following arguments are required: CONF" in capsys.readouterr().err
+    assert received == []
+
+
+def test_user_error_in_a_stage_is_one_line_on_stderr(stage, capsys):
+    stage("probe", fail_with_user_error)
+    assert cli.main(["probe", QUICKSTART]) == 2
+    assert capsys.readouterr().err == (
+        "error: num_proc=4 but the cluster has 2 task slots; lower train.num_proc\n")
+
+
+def test_other_exceptions_propagate(stage):
+    stage("probe", crash)
+    with pytest.raises(RuntimeError, match="a bug, not a user error"):
+        cli.main(["probe", QUICKSTART])
+
+
+def test_console_entry_point_in_a_fresh_interpreter(tmp_path):
+    """Exit code and stderr as a shell sees them, and no heavy import just to read a config."""
+    missing = tmp_path / "missing.yaml"
+    proc = subprocess.run([sys.executable, "-m", "sparkml_par.cli", "config", str(missing)],
+                          capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 2
+    assert proc.stderr == (f"error: config file {str(missing)!r} does not exist; "
+                           "pass a YAML file such as conf/quickstart.yaml\n")
+    probe = ("import sys; from sparkml_par.cli import main; main(['config', '--reference']); "
+             "print(sorted(m for m in ('torch', 'pyspark', 'horovod', 'sparkml_par.smoke') if m in sys.modules), "
+             "file=sys.stderr)")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0 and proc.stderr == "[]\n"
+
+
+# --- logging -----------------------------------------------------------------------------------
+
+def test_text_logging(capsys):
+    setup_logging(quiet=False, fmt="text")
+    logging.getLogger("sparkml_par.test").info("epoch %d done", 3)
+    logging.getLogger("sparkml_par.test").debug("hidden")
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.endswith(" INFO sparkml_par.test: epoch 3 done")
+
+
+def test_json_logging(capsys):
+    setup_logging(quiet=False, fmt="json")
+    logging.getLogger("sparkml_par.test").warning("slow rank %s", "1")
+    record = json.loads(capsys.readouterr().err)
+    assert {k: record[k] for k in ("level", "logger", "message")} == {
+        "level": "WARNING", "logger": "sparkml_par.test", "message": "slow rank 1"}
+
+
+def test_quiet_logging_keeps_warnings_only_and_setup_replaces_itself(capsys):
+    setup_logging(quiet=False, fmt="text")
+    setup_logging(quiet=True, fmt="text")
+    logging.getLogger("sparkml_par.test").info("progress")
+    logging.getLogger("sparkml_par.test").warning("careful")
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].endswith("WARNING sparkml_par.test: careful")
+
+
+# --- doctor --------------------------------------------------------------------------------------
+
+def test_doctor_lists_every_component(capsys):
+    code = cli.main(["doctor"])
+    lines = capsys.readouterr().out.splitlines()
+    component_lines = [line for line in lines if not line.startswith(" ")][:-1]
+    assert [line.split()[1] for line in component_lines] == COMPONENTS
+    # This checkout's environment is built by `make setup`: every check passes.
+    assert code == 0, "\n".join(lines)
+    assert all(line.startswith("ok ") for line in component_lines)
+    assert lines[-1] == f"compared with the pins in {REPO / 'constraints.txt'}; the stack can run"
+    horovod_line = component_lines[COMPONENTS.index("Horovod")]
+    assert "0.28.1, PyTorch yes, Gloo yes" in horovod_line
+
+
+def test_doctor_reads_the_pins_of_the_checkout():
+    pins = doctor.read_pins(doctor.find_constraints())
+    assert pins["pyarrow"] == "14.0.2" and pins["horovod"] == "0.28.1" and pins["pyspark"].startswith("4.1.")
+
+
+@pytest.mark.parametrize("dist, version, pins, problem", [
+    ("pyarrow", "14.0.2", {"pyarrow": "14.0.2"}, None),
+    ("pyarrow", "15.0.0", {"pyarrow": "14.0.2"},
+     "pyarrow 14.x is required: petastorm 0.12 imports pyarrow.filesystem and the legacy ParquetDataset, "
+     "gone in pyarrow 15"),
+    ("pyarrow", "14.0.1", {"pyarrow": "14.0.2"}, "constraints.txt pins pyarrow==14.0.2"),
+    ("pyarrow", "14.0.1", None, None),
+    ("numpy", "2.0.1", None, "numpy 1.x is required: pyarrow 14 is built against numpy 1.x"),
+    ("pyspark", "4.0.1", None, "pyspark 4.1.x is required: the pipeline is built and tested on Spark 4.1"),
+    ("pyspark", "4.10.0", None, "pyspark 4.1.x is required: the pipeline is built and tested on Spark 4.1"),
+    ("torch", "2.13.0+cu121", {"torch": "2.13.0"}, None),
+])
+def test_version_problem(dist, version, pins, problem):
+    assert doctor.version_problem(dist, version, pins) == problem
+
+
+def test_python_other_than_3_11():
+    result = doctor.check_python((3, 12, 1))
+    assert (result.ok, result.detail) == (False, "3.12.1; Python 3.11 is required (torch, pyarrow 14 and the "
+                                                 "Horovod build are pinned for it)")
+    assert result.fix == "create the environment with Python 3.11: `make clean setup PYTHON=python3.11`"
+
+
+@pytest.mark.parametrize("output, major", [
+    ('openjdk version "17.0.15" 2025-04-15', 17),
+    ('openjdk version "21" 2023-09-19', 21),
+    ('java version "1.8.0_392"', 8),
+    ("no version here", None),
+])
+def test_parse_java_major(output, major):
+    assert doctor.parse_java_major(output) == major
+
+
+def _fake_java_home(tmp_path: Path, version_line: str) -> Path:
+    java = tmp_path / "jdk" / "bin" / "java"
+    java.parent.mkdir(parents=True)
+    java.write_text(f"#!/bin/sh\necho '{version_line}' >&2\n")
+    java.chmod(0o755)
+    return java.parent.parent
+
+
+def test_java_home_is_honoured_and_old_java_fails(tmp_path):
+    home = _fake_java_home(tmp_path, 'openjdk version "11.0.22" 2024-01-16')
+    result = doctor.check_java({**os.environ, "JAVA_HOME": str(home)})
+    assert result == doctor.CheckResult(
+        "Java", False, f"11.0.22 ({home}/bin/java); Spark 4.1 needs Java 17 or newer",
+        "install Java 17 and set JAVA_HOME to it")
+
+
+def test_java_home_without_java(tmp_path):
+    result = doctor.check_java({"JAVA_HOME": str(tmp_path), "PATH": ""})
+    assert (result.ok, result.detail) == (False, f"JAVA_HOME={tmp_path} has no bin/java")
+
+
+def test_java_not_on_path(tmp_path):
+    result = doctor.check_java({"PATH": str(tmp_path)})
+    assert (result.ok, result.detail) == (False, "java not found on PATH")
+    assert result.fix.startswith("install Java 17")
+
+
+def test_this_machines_java():
+    result = doctor.check_java()
+    assert result.ok, result
+    assert doctor.parse_java_major(f'version "{result.detail.split()[0]}"') >= 17
+
+
+def test_package_that_does_not_import(monkeypatch):
+    monkeypatch.setitem(sys.modules, "petastorm", None)  # how Python marks a module as not importable
+    assert doctor.check_package("petastorm", "petastorm", {"petastorm": "0.12.1"}) == doctor.CheckResult(
+        "petastorm", False,
+        "petastorm does not import: ModuleNotFoundError: import of petastorm halted; None in sys.modules",
+        "install the pinned version: `pip install -c constraints.txt petastorm==0.12.1`")
+    assert doctor.check_package("petastorm", "petastorm", None).fix == (
+        "install a matching version: `pip install 'petastorm==0.12.*'`")
+
+
+def test_horovod_without_pytorch_support(monkeypatch):
+    monkeypatch.setitem(sys.modules, "horovod.torch", None)
+    result = doctor.check_horovod({"horovod": "0.28.1"})
+    assert (result.ok, result.fix) == (False, doctor.HOROVOD_FIX)
+    assert result.detail.startswith("0.28.1 without PyTorch support: horovod.torch does not import")
+
+
+def test_report_exit_code_follows_the_checks(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    out = io.StringIO()
+    assert doctor.report(out) == 1
+    lines = out.getvalue().splitlines()
+    at = [line.split()[1] for line in lines].index("pyarrow")
+    assert lines[at].startswith("FAIL  pyarrow    pyarrow does not import: ModuleNotFoundError")
+    assert lines[at + 1] == "      fix: install the pinned version: `pip install -c constraints.txt pyarrow==14.0.2`"
+    assert lines[-1].endswith("problem(s): the stack cannot run")

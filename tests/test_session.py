@@ -1,0 +1,77 @@
+"""The session builder against a real local SparkSession (the shared one from conftest)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from sparkml_par.config import SparkConfig
+from sparkml_par.session import LOOPBACK, get_or_create_session, session_settings, spark_session
+
+
+def test_embedded_default_binds_to_loopback(spark):
+    conf = spark.sparkContext.getConf()
+    assert conf.get("spark.driver.host") == LOOPBACK == "127.0.0.1"
+    assert conf.get("spark.driver.bindAddress") == "127.0.0.1"
+    assert conf.get("spark.ui.enabled") == "false"
+
+
+def test_user_spark_settings_reach_the_live_session(spark, spark_config):
+    # The user's spark.sql.shuffle.partitions=2 wins over the project's default of 8.
+    assert session_settings(SparkConfig())["spark.sql.shuffle.partitions"] == "8"
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
+    assert spark.conf.get("spark.sql.session.timeZone") == "UTC"
+    assert spark.sparkContext.appName == spark_config.app_name == "sparkml_par-tests"
+
+
+def test_active_session_is_reused_and_left_running(spark, caplog):
+    with caplog.at_level(logging.INFO, logger="sparkml_par.session"):
+        session, created = get_or_create_session(
+            SparkConfig(master="local[3]", conf={"spark.sql.shuffle.partitions": "5"}))
+    assert session is spark and created is False
+    assert caplog.messages == ["reusing the active Spark session (master local[2]); "
+                               "not applied: spark.master=local[3], spark.sql.shuffle.partitions=5"]
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
+
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="sparkml_par.session"):
+        get_or_create_session(SparkConfig(master="local[2]", conf={"spark.sql.shuffle.partitions": "2"}))
+    assert caplog.messages == []  # what was asked for is what the session has
+
+    with spark_session(SparkConfig()) as inside:
+        assert inside is spark
+    assert not spark.sparkContext._jsc.sc().isStopped()
+    assert spark.range(5).count() == 5
+
+
+def test_gpu_settings_on_the_embedded_default():
+    settings = session_settings(SparkConfig(master="local[2]", use_gpu=True, gpus_per_executor=2,
+                                            gpu_discovery_script="/opt/spark/getGpus.sh"))
+    assert settings["spark.executor.resource.gpu.amount"] == "2"
+    assert settings["spark.task.resource.gpu.amount"] == "1"
+    assert settings["spark.executor.resource.gpu.discoveryScript"] == "/opt/spark/getGpus.sh"
+    # local[N] runs tasks in the driver's JVM, so the driver must own the GPUs.
+    assert settings["spark.driver.resource.gpu.amount"] == "2"
+    assert settings["spark.driver.resource.gpu.discoveryScript"] == "/opt/spark/getGpus.sh"
+
+
+def test_gpu_settings_on_a_cluster_leave_the_driver_and_network_alone():
+    settings = session_settings(SparkConfig(master="spark://head:7077", use_gpu=True,
+                                            gpu_discovery_script="/opt/spark/getGpus.sh"))
+    assert settings["spark.executor.resource.gpu.amount"] == "1"
+    assert settings["spark.task.resource.gpu.amount"] == "1"
+    assert not any(key.startswith("spark.driver.") for key in settings)
+    assert "spark.pyspark.python" not in settings
+
+
+def test_no_gpu_settings_without_use_gpu():
+    settings = session_settings(SparkConfig(master="local[2]"))
+    assert not any(".resource.gpu." in key for key in settings)
+    assert settings["spark.pyspark.python"] == sys.executable
+
+
+def test_user_settings_win_over_the_project_defaults():
+    settings = session_settings(SparkConfig(master="local[2]", use_gpu=True,
+                                            conf={"spark.ui.enabled": "true", "spark.task.resource.gpu.amount": "0.5"}))
+    assert settings["spark.ui.enabled"] == "true"
+    assert settings["spark.task.resource.gpu.amount"] == "0.5"
