@@ -1,0 +1,1 @@
+"""Model parallelism: cutting a model into consecutive stages run as a micro-batch pipeline."""
