@@ -1,0 +1,215 @@
+"""Checkpoints that survive crashes: atomic writes, keep-K pruning, fingerprinted resume.
+
+A checkpoint is written to a temporary file in the same directory, fsynced and renamed into place,
+so `checkpoint-00007.pt` is either complete or absent. Files are read back with
+`torch.load(weights_only=True)`, which runs no pickled code; hence the state may hold only tensors,
+dicts, lists, tuples, strings, numbers, booleans and None, and RNG states are converted to tensors.
+The directory must be a local or mounted file system: atomicity relies on `os.replace`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+import re
+import tempfile
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from sparkml_par.config import TrainConfig
+from sparkml_par.errors import SparkmlParError
+
+logger = logging.getLogger(__name__)
+
+_CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)\.pt$")
+_TEMP_PREFIX = ".checkpoint-"
+_TEMP_SUFFIX = ".tmp"
+_PLAIN_SCALARS = (int, float, bool, str, type(None))
+
+
+def checkpoint_fingerprint(model_spec: dict[str, Any], cfg: TrainConfig, dataset_fingerprint: str = "") -> dict:
+    """What a checkpoint must match to be resumed: the model, the state layout, the data.
+
+    Only settings that change what the saved state means are included (optimizer, scheduler,
+    precision), so a run may be resumed with more epochs or another learning rate.
+    """
+    fingerprint = {"model": model_spec, "optimizer": cfg.optimizer, "scheduler": cfg.scheduler,
+                   "precision": cfg.precision, "dataset": dataset_fingerprint}
+    return json.loads(json.dumps(fingerprint, sort_keys=True))
+
+
+def write_checkpoint_atomically(directory: str | os.PathLike, epoch: int, state: dict[str, Any], keep: int) -> Path:
+    """Writes `state` (which must hold a `fingerprint`) as checkpoint-{epoch:05d}.pt; keeps the newest `keep`.
+
+    Checkpoints of later epochs are deleted: they belong to a run that has since restarted from an
+    earlier point (resume=never, or a resume past corrupted files), and resuming from them would mix runs.
+    """
+    if "fingerprint" not in state:
+        raise ValueError("checkpoint state needs a 'fingerprint' entry (see checkpoint_fingerprint)")
+    if state.get("epoch", epoch) != epoch:
+        raise ValueError(f"checkpoint state says epoch {state['epoch']!r} but is written as epoch {epoch}")
+    if keep < 1:
+        raise ValueError(f"keep={keep!r}: at least the newest checkpoint must be kept")
+    _check_plain(state, "state")
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"checkpoint-{epoch:05d}.pt"
+    fd, temp = tempfile.mkstemp(dir=directory, prefix=f"{_TEMP_PREFIX}{epoch:05d}.", suffix=_TEMP_SUFFIX)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            torch.save({**state, "epoch": epoch}, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        os.unlink(temp)
+        raise
+    _fsync_directory(directory)  # makes the rename itself durable
+    _prune(directory, epoch, keep)
+    return path
+
+
+def load_latest_checkpoint(directory: str | os.PathLike, fingerprint: dict) -> dict[str, Any] | None:
+    """The newest readable checkpoint in `directory`, or None when there is none.
+
+    Unreadable files (a crash mid-copy, a truncated upload) are skipped with a warning each, so an
+    older complete checkpoint is used. A checkpoint of another model or config is refused, not skipped:
+    silently starting over would discard the other run's work.
+    """
+    for epoch, path in sorted(_checkpoints(Path(directory)), reverse=True):
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:  # any reason a file cannot be read makes it unusable; say which
+            logger.warning("skipping checkpoint %s: it cannot be read (%s)", path, _read_error(exc))
+            continue
+        if not isinstance(state, dict) or "fingerprint" not in state:
+            logger.warning("skipping checkpoint %s: it holds no checkpoint fingerprint", path)
+            continue
+        if _canonical(state["fingerprint"]) != _canonical(fingerprint):
+            raise SparkmlParError(_mismatch_message(path, state["fingerprint"], fingerprint))
+        return state
+    return None
+
+
+def capture_rng_state() -> dict[str, Any]:
+    """torch (CPU and CUDA), numpy and python `random` states, as tensors and plain values."""
+    version, internal, gauss_next = random.getstate()
+    _, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
+    state = {
+        "torch": torch.get_rng_state(),
+        "numpy": {"keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos), "has_gauss": int(has_gauss),
+                  "cached_gaussian": float(cached_gaussian)},
+        "python": {"version": version, "internal": torch.tensor(internal, dtype=torch.int64),
+                   "gauss_next": gauss_next},
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng_state(state: dict[str, Any]) -> None:
+    """Restores what `capture_rng_state` captured; CUDA states only where CUDA is available."""
+    torch.set_rng_state(state["torch"])
+    numpy_state = state["numpy"]
+    np.random.set_state(("MT19937", numpy_state["keys"].numpy().astype(np.uint32), numpy_state["pos"],
+                         numpy_state["has_gauss"], numpy_state["cached_gaussian"]))
+    python_state = state["python"]
+    random.setstate((python_state["version"], tuple(python_state["internal"].tolist()),
+                     python_state["gauss_next"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _checkpoints(directory: Path) -> list[tuple[int, Path]]:
+    if not directory.is_dir():
+        return []
+    found = []
+    for path in directory.iterdir():
+        match = _CHECKPOINT_NAME.match(path.name)
+        if match:
+            found.append((int(match.group(1)), path))
+    return found
+
+
+def _read_error(exc: Exception) -> str:
+    """The cause in one line; for weights_only refusals the refused content, not torch's advice to load unsafely."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    marker = "WeightsUnpickler error:"
+    for i, line in enumerate(lines):
+        if marker in line:
+            cause = line.split(marker, 1)[1].strip() or (lines[i + 1] if i + 1 < len(lines) else "")
+            return f"weights_only load refused it: {cause.split('. ')[0]}"
+    return f"{type(exc).__name__}: {lines[0].split('. ')[0] if lines else ''}"
+
+
+def _prune(directory: Path, written_epoch: int, keep: int) -> None:
+    checkpoints = sorted(_checkpoints(directory))
+    kept = [path for epoch, path in checkpoints if epoch <= written_epoch][-keep:]
+    for _, path in checkpoints:
+        if path not in kept:
+            path.unlink()
+    # Temporary files are left only by writes that crashed; only one writer (rank 0) uses the directory.
+    for path in directory.glob(f"{_TEMP_PREFIX}*{_TEMP_SUFFIX}"):
+        path.unlink()
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _check_plain(value: Any, where: str) -> None:
+    """Rejects values `torch.load(weights_only=True)` would refuse, now rather than at resume time."""
+    if isinstance(value, torch.Tensor) or type(value) in _PLAIN_SCALARS:
+        return
+    if type(value) in (dict, OrderedDict):
+        for key, item in value.items():
+            if type(key) not in (str, int):
+                raise TypeError(f"checkpoint {where} has a key {key!r} of type {type(key).__name__}; "
+                                f"use str or int keys")
+            _check_plain(item, f"{where}[{key!r}]")
+        return
+    if type(value) in (list, tuple):
+        for i, item in enumerate(value):
+            _check_plain(item, f"{where}[{i}]")
+        return
+    raise TypeError(f"checkpoint {where} is a {type(value).__module__}.{type(value).__qualname__}; checkpoints "
+                    f"hold only tensors, dicts, lists, tuples, str, int, float, bool and None "
+                    f"(convert arrays with torch.from_numpy, numpy scalars with float() or int())")
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
+
+
+def _short_hash(fingerprint: Any) -> str:
+    return hashlib.sha256(_canonical(fingerprint).encode()).hexdigest()[:12]
+
+
+def _mismatch_message(path: Path, found: Any, expected: Any) -> str:
+    differences = "; ".join(
+        f"{key}: {_canonical(old)} in the checkpoint, {_canonical(new)} now"
+        for key, old, new in _differences(found, expected, "")
+    )
+    return (f"checkpoint {path} was written for fingerprint {_short_hash(found)} but this run has fingerprint "
+            f"{_short_hash(expected)} ({differences}); use a new train.output directory for a different "
+            f"model or config, or set train.resume=never to start over in this one")
+
+
+def _differences(old: Any, new: Any, prefix: str) -> list[tuple[str, Any, Any]]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        found = []
+        for key in sorted(set(old) | set(new), key=str):
+            found += _differences(old.get(key), new.get(key), f"{prefix}.{key}" if prefix else str(key))
+        return found
+    return [] if _canonical(old) == _canonical(new) else [(prefix or "fingerprint", old, new)]
