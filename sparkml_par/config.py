@@ -93,6 +93,7 @@ class DataConfig:
     num_classes: int = _field(0, "Classes of a classification label; 0 means read from the data.", minimum=0)
     features: list[ColumnSpec] = _field([], "Feature columns with types, ranges and categories; empty means all.")
     image_size: list[int] = _field([8, 8], "Height and width images are resized to.")
+    image_channels: Literal[1, 3] = _field(1, "Channels images are decoded to: 1 grayscale, 3 RGB.")
     synthetic: SyntheticConfig = _field(SyntheticConfig, "Settings of the synthetic source.")
     max_reject_fraction: float = _field(
         0.1, "Fail the job when more than this fraction of rows is quarantined.", minimum=0.0, maximum=1.0
@@ -101,6 +102,7 @@ class DataConfig:
     featurize: FeaturizeConfig = _field(FeaturizeConfig, "Spark ML feature pipeline, fitted on the train split.")
     split: SplitConfig = _field(SplitConfig, "Deterministic train/validation/test split.")
     row_group_size_mb: float = _field(4.0, "Target Parquet row-group size.", minimum=0.01)
+    file_size_mb: float = _field(64.0, "Target Parquet file size; a file holds whole row groups.", minimum=0.01)
     max_shards: int = _field(8, "Largest rank count the dataset is laid out for; any divisor gets equal shares.",
                              minimum=1)
     output: str = _field("runs/dataset", "Dataset directory (any URL Spark and pyarrow read).")
@@ -345,6 +347,8 @@ def _unwrap_optional(hint: Any) -> Any:
 
 
 def _build(cls: type, raw: Any, path: str) -> Any:
+    if raw is None:  # an empty section in YAML (`tune:` with nothing under it) keeps its defaults
+        raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path or 'config'}: expected a mapping of keys, got {raw!r}")
     hints = typing.get_type_hints(cls)

@@ -14,6 +14,7 @@ import sys
 from typing import Iterator
 
 from sparkml_par.config import SparkConfig
+from sparkml_par.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -38,17 +39,28 @@ def session_settings(cfg: SparkConfig) -> dict[str, str]:
             "spark.pyspark.driver.python": sys.executable,
         })
     if cfg.use_gpu:
-        settings.update({
-            "spark.executor.resource.gpu.amount": str(cfg.gpus_per_executor),
-            "spark.task.resource.gpu.amount": "1",
-        })
-        if cfg.gpu_discovery_script:
-            settings["spark.executor.resource.gpu.discoveryScript"] = cfg.gpu_discovery_script
-            if is_local_master(cfg.master):
-                # In local[N] the driver's JVM runs the tasks, so it owns the GPUs.
-                settings["spark.driver.resource.gpu.amount"] = str(cfg.gpus_per_executor)
-                settings["spark.driver.resource.gpu.discoveryScript"] = cfg.gpu_discovery_script
+        settings.update(_gpu_settings(cfg))
     settings.update(cfg.conf)
+    return settings
+
+
+def _gpu_settings(cfg: SparkConfig) -> dict[str, str]:
+    """One GPU per task. In local-cluster mode the workers discover the GPUs and lend them to executors."""
+    if cfg.master.startswith("local") and not cfg.master.startswith("local-cluster["):
+        raise ConfigError(
+            f"spark.use_gpu: Spark's {cfg.master} master runs tasks in the driver and cannot assign GPUs to "
+            f"them; use spark.master=local-cluster[1,<GPUs>,<MB>] on one machine, or a cluster with GPU executors"
+        )
+    settings = {
+        "spark.executor.resource.gpu.amount": str(cfg.gpus_per_executor),
+        "spark.task.resource.gpu.amount": "1",
+    }
+    if cfg.gpu_discovery_script:
+        settings["spark.executor.resource.gpu.discoveryScript"] = cfg.gpu_discovery_script
+    if cfg.master.startswith("local-cluster["):
+        settings["spark.worker.resource.gpu.amount"] = str(cfg.gpus_per_executor)
+        if cfg.gpu_discovery_script:
+            settings["spark.worker.resource.gpu.discoveryScript"] = cfg.gpu_discovery_script
     return settings
 
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 import logging
 import sys
 
+import pytest
+
 from sparkml_par.config import SparkConfig
+from sparkml_par.errors import ConfigError
 from sparkml_par.session import LOOPBACK, get_or_create_session, session_settings, spark_session
 
 
@@ -44,15 +47,21 @@ def test_active_session_is_reused_and_left_running(spark, caplog):
     assert spark.range(5).count() == 5
 
 
-def test_gpu_settings_on_the_embedded_default():
-    settings = session_settings(SparkConfig(master="local[2]", use_gpu=True, gpus_per_executor=2,
+def test_gpu_settings_on_one_machine_use_local_cluster_workers():
+    settings = session_settings(SparkConfig(master="local-cluster[1,2,1024]", use_gpu=True, gpus_per_executor=2,
                                             gpu_discovery_script="/opt/spark/getGpus.sh"))
     assert settings["spark.executor.resource.gpu.amount"] == "2"
     assert settings["spark.task.resource.gpu.amount"] == "1"
     assert settings["spark.executor.resource.gpu.discoveryScript"] == "/opt/spark/getGpus.sh"
-    # local[N] runs tasks in the driver's JVM, so the driver must own the GPUs.
-    assert settings["spark.driver.resource.gpu.amount"] == "2"
-    assert settings["spark.driver.resource.gpu.discoveryScript"] == "/opt/spark/getGpus.sh"
+    # local-cluster workers discover the GPUs and lend them to their executors.
+    assert settings["spark.worker.resource.gpu.amount"] == "2"
+    assert settings["spark.worker.resource.gpu.discoveryScript"] == "/opt/spark/getGpus.sh"
+
+
+def test_gpus_on_local_master_are_refused():
+    with pytest.raises(ConfigError, match=r"spark.use_gpu: Spark's local\[2\] master runs tasks in the driver "
+                                          r"and cannot assign GPUs to them; use spark.master=local-cluster"):
+        session_settings(SparkConfig(master="local[2]", use_gpu=True))
 
 
 def test_gpu_settings_on_a_cluster_leave_the_driver_and_network_alone():
@@ -71,7 +80,7 @@ def test_no_gpu_settings_without_use_gpu():
 
 
 def test_user_settings_win_over_the_project_defaults():
-    settings = session_settings(SparkConfig(master="local[2]", use_gpu=True,
+    settings = session_settings(SparkConfig(master="local-cluster[1,2,1024]", use_gpu=True,
                                             conf={"spark.ui.enabled": "true", "spark.task.resource.gpu.amount": "0.5"}))
     assert settings["spark.ui.enabled"] == "true"
     assert settings["spark.task.resource.gpu.amount"] == "0.5"

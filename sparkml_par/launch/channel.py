@@ -1,0 +1,192 @@
+"""A line channel between the ranks and the driver: logs, lifecycle events and progress, while a stage runs.
+
+Spark only returns a task's output when the stage ends; users need rank logs, failures and per-epoch
+progress as they happen. The channel also relays rank 0's rendezvous address to the other ranks: a
+Spark barrier `allGather` would do the same but costs about a second (its coordinator polls). The driver listens on its own Spark address (never all interfaces) on an
+ephemeral port for the duration of one launch; each rank connects, proves it belongs to this launch
+with a random token, and sends JSON lines. Nothing received is executed or unpickled.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import secrets
+import socket
+import socketserver
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+log = logging.getLogger("sparkml_par.rank")
+
+
+@dataclass
+class RankStatus:
+    """What the driver knows about each rank, filled in as events arrive."""
+    started: dict[int, float] = field(default_factory=dict)
+    joining: dict[int, float] = field(default_factory=dict)
+    initialized: dict[int, float] = field(default_factory=dict)
+    finished: dict[int, float] = field(default_factory=dict)
+    failures: dict[int, dict[str, Any]] = field(default_factory=dict)
+    hosts: dict[int, str] = field(default_factory=dict)
+
+
+class DriverChannel:
+    """Receives rank messages; `on_progress` gets every progress record (e.g. per-epoch metrics)."""
+
+    def __init__(self, host: str, on_progress: Callable[[int, dict], None] | None = None):
+        self.token = secrets.token_hex(16)
+        self.status = RankStatus()
+        self._on_progress = on_progress
+        self._lock = threading.Lock()
+        self._handlers: list[threading.Thread] = []
+        self._rendezvous_address: list | None = None
+        self._rendezvous_known = threading.Event()
+        self._server = _Server((host, 0), _handler_for(self))
+        self.address = self._server.server_address[:2]
+        self._thread = threading.Thread(target=self._server.serve_forever, name="rank-channel", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
+        # Ranks close their end when they finish: let their last lines arrive, without waiting forever.
+        for handler in list(self._handlers):
+            handler.join(timeout=2.0)
+
+    def __enter__(self) -> "DriverChannel":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _wait_for_rendezvous(self, timeout: float) -> list | None:
+        self._rendezvous_known.wait(timeout)
+        return self._rendezvous_address
+
+    def _receive(self, message: dict) -> None:
+        rank = int(message.get("rank", -1))
+        kind = message.get("type")
+        now = time.time()
+        with self._lock:
+            if kind == "log":
+                log.info("[rank %d] %s", rank, message.get("line", ""))
+            elif kind == "started":
+                self.status.started[rank] = now
+                self.status.hosts[rank] = message.get("host", "?")
+            elif kind == "joining":
+                self.status.joining[rank] = now
+            elif kind == "initialized":
+                self.status.initialized[rank] = now
+            elif kind == "finished":
+                self.status.finished[rank] = now
+            elif kind == "failed":
+                self.status.failures[rank] = message
+            elif kind == "rendezvous":
+                self._rendezvous_address = list(message["address"])
+                self._rendezvous_known.set()
+            elif kind == "progress" and self._on_progress is not None:
+                self._on_progress(rank, message.get("record", {}))
+
+
+class _Server(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+def _handler_for(channel: DriverChannel):
+    class Handler(socketserver.StreamRequestHandler):
+        def handle(self) -> None:
+            channel._handlers.append(threading.current_thread())
+            first = self.rfile.readline(256).decode("ascii", "replace").strip()
+            if not hmac.compare_digest(first, channel.token):
+                return
+            for raw in self.rfile:
+                try:
+                    message = json.loads(raw)
+                except ValueError:
+                    continue
+                if message.get("type") == "await_rendezvous":
+                    address = channel._wait_for_rendezvous(float(message.get("timeout", 60)))
+                    self.wfile.write(json.dumps({"address": address}).encode() + b"\n")
+                    self.wfile.flush()
+                else:
+                    channel._receive(message)
+    return Handler
+
+
+class RankChannel:
+    """The rank's end. Sending never raises: a lost channel must not fail training."""
+
+    def __init__(self, address: tuple[str, int] | None, token: str, rank: int):
+        self.rank = rank
+        self._lock = threading.Lock()
+        self._sock = None
+        if address is not None:
+            try:
+                self._sock = socket.create_connection(tuple(address), timeout=10)
+                self._sock.sendall(token.encode("ascii") + b"\n")
+            except OSError as exc:
+                print(f"[rank {rank}] cannot reach the driver's log channel at {address}: {exc}", file=sys.stderr)
+                self._sock = None
+
+    @property
+    def connected(self) -> bool:
+        return self._sock is not None
+
+    def send(self, kind: str, **payload: Any) -> None:
+        message = json.dumps({"rank": self.rank, "type": kind, **payload}, default=str) + "\n"
+        with self._lock:
+            if self._sock is None:
+                return
+            try:
+                self._sock.sendall(message.encode("utf-8"))
+            except OSError:
+                self._sock = None
+
+    def await_rendezvous(self, timeout: float) -> tuple[str, int]:
+        """Rank 0's rendezvous address, relayed by the driver once rank 0 has published it."""
+        if self._sock is None:
+            raise RuntimeError(f"rank {self.rank} has no channel to the driver to learn the rendezvous address")
+        self.send("await_rendezvous", timeout=timeout)
+        self._sock.settimeout(timeout + 5)
+        reply = json.loads(self._sock.makefile("rb").readline() or b"{}")
+        if not reply.get("address"):
+            raise TimeoutError(f"rank {self.rank}: rank 0 did not publish the rendezvous address within {timeout:g} s")
+        return reply["address"][0], int(reply["address"][1])
+
+    def close(self) -> None:
+        with self._lock:
+            if self._sock is not None:
+                self._sock.close()
+                self._sock = None
+
+
+class ForwardingStream:
+    """Replaces a rank's stdout/stderr: every complete line goes to the driver (or, without a channel,
+    to the original stream, which on a cluster is the executor's log)."""
+
+    def __init__(self, channel: RankChannel, original):
+        self._channel = channel
+        self._original = original
+        self._buffer = ""
+
+    def write(self, text: str) -> int:
+        if not self._channel.connected:
+            return self._original.write(text)
+        self._buffer += text
+        *lines, self._buffer = self._buffer.split("\n")
+        for line in lines:
+            self._channel.send("log", line=line)
+        return len(text)
+
+    def flush(self) -> None:
+        self._original.flush()
+
+    def isatty(self) -> bool:
+        return False

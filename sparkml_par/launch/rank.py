@@ -1,0 +1,131 @@
+"""What every rank runs around the user's function, whichever launcher started it.
+
+The rank sets its Horovod environment, binds its GPU, forwards its output to the driver, joins the
+Gloo rendezvous, runs the function, and always shuts Horovod down and restores the process's
+environment afterwards: Spark reuses Python workers between stages.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from sparkml_par.launch import horovod_backend
+from sparkml_par.launch.channel import ForwardingStream, RankChannel
+from sparkml_par.launch.rank_plan import RankSlot
+
+FAILURE_MARKER = "SPARKML_PAR_RANK_FAILURE"
+# Fault injection for reliability tests: the named rank stalls before joining the rendezvous.
+STALL_BEFORE_RENDEZVOUS = "SPARKML_PAR_FAULT_STALL_BEFORE_RENDEZVOUS"
+
+
+@dataclass(frozen=True)
+class RankSpec:
+    """Plain values a rank needs; captured by the barrier closure, so no live handles in here."""
+    fn: Callable[..., Any]
+    args: tuple
+    kwargs: dict
+    env: dict[str, str]
+    channel_address: tuple[str, int] | None
+    token: str
+    timeout: float
+    use_gpu: bool
+
+
+class RankFailure(RuntimeError):
+    """Raised in a rank; its text carries a marker the driver finds in Spark's error."""
+
+    def __init__(self, rank: int, host: str, error: str, remote_traceback: str):
+        self.rank, self.host, self.error, self.remote_traceback = rank, host, error, remote_traceback
+        payload = json.dumps({"rank": rank, "host": host, "error": error, "traceback": remote_traceback})
+        super().__init__(f"{FAILURE_MARKER}{payload}{FAILURE_MARKER}")
+
+
+@dataclass
+class RankContext:
+    """Handed to code running inside a rank (through `current_rank()`) to report progress."""
+    slot: RankSlot
+    channel: RankChannel
+    gpu_addresses: tuple[str, ...]
+
+    def report(self, record: dict) -> None:
+        """Send a progress record (e.g. one epoch's metrics) to the driver as it happens."""
+        self.channel.send("progress", record=record)
+
+
+_current: RankContext | None = None
+
+
+def current_rank() -> RankContext | None:
+    return _current
+
+
+def run_rank(spec: RankSpec, plan: list[RankSlot], task: int, own_ip: str, iface: str,
+             gpu_addresses: tuple[str, ...] = ()) -> Any:
+    """Runs spec.fn as the rank that `plan` gives task number `task`; rank 0 hosts the rendezvous."""
+    global _current
+    slot = plan[task]
+    channel = RankChannel(spec.channel_address, spec.token, slot.rank)
+    channel.send("started", host=slot.host, task=slot.task, pid=os.getpid())
+    saved_env = dict(os.environ)
+    saved_streams = sys.stdout, sys.stderr
+    initialized = False
+    rendezvous = None
+    try:
+        if slot.rank == 0:
+            rendezvous = horovod_backend.Rendezvous(own_ip, plan)
+            channel.send("rendezvous", address=rendezvous.address)
+            rendezvous_address = rendezvous.address
+        else:
+            rendezvous_address = channel.await_rendezvous(spec.timeout)
+        os.environ.update(horovod_backend.gloo_env(slot, rendezvous_address, iface, spec.timeout))
+        os.environ.update(spec.env)
+        if spec.use_gpu:
+            _bind_gpu(gpu_addresses)
+        sys.stdout = ForwardingStream(channel, saved_streams[0])
+        sys.stderr = ForwardingStream(channel, saved_streams[1])
+        if os.environ.get(STALL_BEFORE_RENDEZVOUS) == str(slot.rank):
+            time.sleep(spec.timeout)
+        channel.send("joining")
+        horovod_backend.init_horovod(slot)
+        initialized = True
+        if rendezvous is not None:
+            rendezvous.stop()
+        channel.send("initialized")
+        _current = RankContext(slot, channel, tuple(gpu_addresses))
+        result = spec.fn(*spec.args, **spec.kwargs)
+        channel.send("finished")
+        return result
+    except BaseException as exc:
+        error = f"{type(exc).__name__}: {exc}"
+        remote_traceback = traceback.format_exc()
+        channel.send("failed", host=slot.host, error=error, traceback=remote_traceback)
+        raise RankFailure(slot.rank, slot.host, error, remote_traceback) from None
+    finally:
+        _current = None
+        if initialized:
+            horovod_backend.shutdown_horovod()
+        if rendezvous is not None:
+            rendezvous.stop()
+        sys.stdout, sys.stderr = saved_streams
+        os.environ.clear()
+        os.environ.update(saved_env)
+        channel.close()
+
+
+def _bind_gpu(addresses: tuple[str, ...]) -> None:
+    """Expose exactly the task's GPUs; inside the process the first of them is cuda:0."""
+    if not addresses:
+        raise RuntimeError("use_gpu is on but Spark assigned this task no GPU "
+                           "(set spark.task.resource.gpu.amount and the executor's GPU discovery script)")
+    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(addresses)
+    import torch
+
+    if torch.cuda.is_available():
+        # A reused Python worker may have initialized CUDA already; then the variable no longer applies.
+        torch.cuda.set_device(int(addresses[0]) if torch.cuda.is_initialized() else 0)

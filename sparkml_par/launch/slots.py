@@ -1,0 +1,86 @@
+"""Can the cluster hold N barrier tasks at once? Answered before launching, never by hanging.
+
+Spark schedules a barrier stage only when all its tasks fit at once; otherwise it waits and retries
+for minutes. The count comes from Spark's own scheduler (the same number its barrier check uses);
+the explanation spells out the settings behind it so the user knows which one to change.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+
+from sparkml_par.errors import SparkmlParError
+
+_LOCAL = re.compile(r"^local(?:\[(\*|\d+)(?:,\s*\d+)?\])?$")
+_LOCAL_CLUSTER = re.compile(r"^local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\]$")
+
+
+def concurrent_task_slots(sc) -> int:
+    jsc = sc._jsc.sc()
+    return int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile()))
+
+
+def expected_slots(sc) -> int | None:
+    """Slots the master URL promises once every executor has registered (None: not knowable up front)."""
+    conf = sc.getConf()
+    task_cpus = int(conf.get("spark.task.cpus", "1"))
+    master = sc.master
+    if match := _LOCAL.match(master):
+        cores = match.group(1) or "1"
+        return ((os.cpu_count() or 1) if cores == "*" else int(cores)) // task_cpus
+    if match := _LOCAL_CLUSTER.match(master):
+        return int(match.group(1)) * int(match.group(2)) // task_cpus
+    if conf.get("spark.executor.instances") and conf.get("spark.executor.cores"):
+        return int(conf.get("spark.executor.instances")) * int(conf.get("spark.executor.cores")) // task_cpus
+    return None
+
+
+def describe_slots(sc, slots: int) -> str:
+    conf = sc.getConf()
+    task_cpus = conf.get("spark.task.cpus", "1")
+    master = sc.master
+    if match := _LOCAL.match(master):
+        cores = match.group(1) or "1"
+        text = f"{master}: {cores} cores / spark.task.cpus={task_cpus}"
+    elif match := _LOCAL_CLUSTER.match(master):
+        text = f"{master}: {match.group(1)} executors × {match.group(2)} cores / spark.task.cpus={task_cpus}"
+    else:
+        executors = len(sc._jsc.sc().getExecutorIds())
+        text = (f"{executors} executors × spark.executor.cores={conf.get('spark.executor.cores', '?')}"
+                f" / spark.task.cpus={task_cpus}")
+    gpu_task = conf.get("spark.task.resource.gpu.amount", None)
+    if gpu_task:
+        text += (f", GPUs: spark.executor.resource.gpu.amount="
+                 f"{conf.get('spark.executor.resource.gpu.amount', '?')} / spark.task.resource.gpu.amount={gpu_task}")
+    return f"{slots} task slots ({text})"
+
+
+def check_barrier_launch(sc, num_proc: int, wait_seconds: float = 30.0) -> int:
+    """Raises a SparkmlParError unless num_proc barrier tasks fit; returns the slot count."""
+    conf = sc.getConf()
+    if conf.get("spark.dynamicAllocation.enabled", "false").lower() == "true":
+        raise SparkmlParError(
+            "Spark refuses barrier stages while dynamic allocation is on "
+            "(spark.dynamicAllocation.enabled=true); set spark.dynamicAllocation.enabled=false "
+            "for the training job (spark.conf in the config)"
+        )
+    slots = concurrent_task_slots(sc)
+    # Executors of a cluster register after the session starts: give them time to arrive.
+    expected = expected_slots(sc)
+    target = num_proc or expected or 1
+    deadline = time.monotonic() + wait_seconds
+    while slots < target and (expected is None or slots < expected) and time.monotonic() < deadline:
+        time.sleep(0.25)
+        slots = concurrent_task_slots(sc)
+    if num_proc > slots:
+        raise SparkmlParError(
+            f"num_proc={num_proc} but the cluster has {describe_slots(sc, slots)}; "
+            f"lower num_proc to {slots} or add cores (a bigger local[N], more executors or spark.executor.cores)"
+            f" — a barrier stage needs all its tasks running at once"
+        )
+    if slots < 1:
+        raise SparkmlParError(f"the cluster has no task slots yet ({describe_slots(sc, slots)}); "
+                              f"check that executors started")
+    return slots

@@ -1,0 +1,168 @@
+"""The barrier launcher with real Spark barrier stages and real Horovod ranks."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sparkml_par import launch
+from sparkml_par.errors import SparkmlParError
+from sparkml_par.launch.rank import STALL_BEFORE_RENDEZVOUS
+from sparkml_par.launch.rank_plan import build_rank_plan
+
+SCENARIOS = Path(__file__).parent / "scripts" / "launch_scenarios.py"
+
+
+def collectives():
+    """Each collective with inputs whose exact result is known."""
+    import horovod.torch as hvd
+    import torch
+
+    rank, size = hvd.rank(), hvd.size()
+    mine = torch.arange(4, dtype=torch.float64) + 10 * rank
+    return {
+        "rank": rank, "size": size, "local_rank": hvd.local_rank(), "local_size": hvd.local_size(),
+        "cross_rank": hvd.cross_rank(), "cross_size": hvd.cross_size(),
+        "planned": [int(os.environ[k]) for k in ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK",
+                                                  "HOROVOD_LOCAL_SIZE", "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE")],
+        "sum": hvd.allreduce(mine, op=hvd.Sum).tolist(),
+        "average": hvd.allreduce(mine, op=hvd.Average).tolist(),
+        "allgather": hvd.allgather(torch.full((rank + 1,), float(rank))).tolist(),
+        "broadcast": hvd.broadcast(torch.full((3,), float(rank + 7)), root_rank=1).tolist(),
+    }
+
+
+def fail_on_rank_one():
+    import horovod.torch as hvd
+
+    if hvd.rank() == 1:
+        raise ValueError("boom from rank 1")
+    # Rank 0 waits in a collective rank 1 never joins: the launcher must stop it.
+    import torch
+    hvd.allreduce(torch.ones(1))
+    return "unreachable"
+
+
+def talk_and_report():
+    import horovod.torch as hvd
+
+    print(f"line from rank {hvd.rank()}")
+    launch.current_rank().report({"epoch": 1, "rank_seen": hvd.rank()})
+    return hvd.rank()
+
+
+def _check_collectives(results):
+    assert [r["rank"] for r in results] == [0, 1]
+    for r in results:
+        assert [r["rank"], r["size"], r["local_rank"], r["local_size"], r["cross_rank"], r["cross_size"]] \
+            == r["planned"]
+        assert r["sum"] == [10.0, 12.0, 14.0, 16.0]
+        assert r["average"] == [5.0, 6.0, 7.0, 8.0]
+        assert r["allgather"] == [0.0, 1.0, 1.0]
+        assert r["broadcast"] == [8.0, 8.0, 8.0]
+
+
+def test_rank_plan_groups_ranks_by_host_like_horovod():
+    from horovod.runner.common.util.hosts import HostInfo, get_host_assignments
+
+    hosts = ["b", "a", "b", "a", "b"]
+    plan = build_rank_plan(hosts)
+    assert [s.task for s in plan] == [0, 1, 2, 3, 4]
+    assert [s.host for s in plan] == hosts
+    theirs = get_host_assignments([HostInfo("b", 3), HostInfo("a", 2)], 5)
+    ours = sorted(plan, key=lambda s: s.rank)
+    assert [(s.host, s.rank, s.local_rank, s.local_size, s.cross_rank, s.cross_size) for s in ours] == \
+        [(t.hostname, t.rank, t.local_rank, t.local_size, t.cross_rank, t.cross_size) for t in theirs]
+
+
+def test_two_ranks_on_local_barrier_stage(spark):
+    _check_collectives(launch.run(collectives, num_proc=2))
+
+
+def test_two_ranks_as_local_processes():
+    _check_collectives(launch.run(collectives, num_proc=2, mode="local"))
+
+
+def test_rank_failure_names_rank_and_traceback_without_hanging(spark):
+    started = time.monotonic()
+    with pytest.raises(launch.LaunchError) as info:
+        launch.run(fail_on_rank_one, num_proc=2, rendezvous_timeout=60)
+    elapsed = time.monotonic() - started
+    assert info.value.rank == 1
+    assert str(info.value).startswith("rank 1 on host 127.0.0.1 failed: ValueError: boom from rank 1")
+    assert "in fail_on_rank_one" in info.value.remote_traceback
+    assert elapsed < 30
+    # The stage was torn down: the session runs the next launch normally.
+    _check_collectives(launch.run(collectives, num_proc=2))
+
+
+def test_too_many_ranks_fails_at_once_with_slot_arithmetic(spark):
+    started = time.monotonic()
+    with pytest.raises(SparkmlParError, match=r"num_proc=3 but the cluster has 2 task slots "
+                                              r"\(local\[2\]: 2 cores / spark.task.cpus=1\); lower num_proc to 2"):
+        launch.run(collectives, num_proc=3)
+    assert time.monotonic() - started < 5
+
+
+def test_rendezvous_timeout_names_the_missing_rank(spark):
+    with pytest.raises(launch.LaunchError, match=r"ranks \[1\] of 2 did not reach the Horovod rendezvous "
+                                                 r"within 6 s; ranks \[0\] were waiting for them"):
+        launch.run(collectives, num_proc=2, rendezvous_timeout=6, env={STALL_BEFORE_RENDEZVOUS: "1"})
+
+
+def test_rank_output_and_progress_reach_the_driver(spark, caplog):
+    records = []
+    with caplog.at_level(logging.INFO, logger="sparkml_par.rank"):
+        ranks = launch.run(talk_and_report, num_proc=2, on_progress=lambda rank, rec: records.append((rank, rec)))
+    assert ranks == [0, 1]
+    lines = {r.getMessage() for r in caplog.records if r.name == "sparkml_par.rank"}
+    assert {"[rank 0] line from rank 0", "[rank 1] line from rank 1"} <= lines
+    assert sorted(records, key=lambda r: r[0]) == [(0, {"epoch": 1, "rank_seen": 0}),
+                                                   (1, {"epoch": 1, "rank_seen": 1})]
+
+
+def test_invalid_arguments_are_refused(spark):
+    with pytest.raises(SparkmlParError, match="num_proc=-1 must be positive"):
+        launch.run(collectives, num_proc=-1)
+    with pytest.raises(SparkmlParError, match="launch mode 'mpi' is not known"):
+        launch.run(collectives, num_proc=2, mode="mpi")
+
+
+def _scenario(name: str) -> object:
+    done = subprocess.run([sys.executable, str(SCENARIOS), name], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_two_ranks_on_separate_executor_jvms():
+    results = _scenario("local_cluster")
+    assert [r["rank"] for r in results] == [0, 1]
+    assert all(r["rank"] == r["planned_rank"] and r["size"] == 2 and r["sum"] == 3.0 for r in results)
+    assert results[0]["pid"] != results[1]["pid"]
+    assert {r["iface"] for r in results} == {"lo"}
+
+
+@pytest.mark.slow
+def test_each_rank_sees_exactly_its_fake_gpu():
+    results = _scenario("fake_gpus")
+    assert [r["rank"] for r in results] == [0, 1]
+    for r in results:
+        assert len(r["assigned"]) == 1
+        assert r["cuda_visible_devices"] == r["assigned"][0]
+    assert sorted(r["assigned"][0] for r in results) == ["0", "1"]
+
+
+@pytest.mark.slow
+def test_dynamic_allocation_is_refused_with_the_setting_named():
+    outcome = _scenario("dynamic_allocation")
+    assert outcome["error"].startswith("Spark refuses barrier stages while dynamic allocation is on "
+                                       "(spark.dynamicAllocation.enabled=true)")
