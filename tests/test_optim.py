@@ -127,7 +127,7 @@ def test_plateau_follows_early_stopping_mode_and_min_delta():
 def test_plateau_needs_a_metric_and_gamma_below_one():
     cfg = TrainConfig(scheduler="plateau")
     schedule = build_scheduler(build_optimizer(_params(), cfg, cfg.lr), cfg, steps_per_epoch=1)
-    with pytest.raises(SparkmlParError, match="train.scheduler=plateau needs the value of train.early_stopping.monitor"):
+    with pytest.raises(SparkmlParError, match="scheduler=plateau needs the value of train.early_stopping.monitor"):
         schedule.step_epoch()
     cfg = TrainConfig(scheduler="plateau", gamma=1.0)
     with pytest.raises(ConfigError, match=r"train.gamma=1.0: the plateau scheduler .* gamma must be below 1"):

@@ -25,7 +25,8 @@ _BUILDERS: dict[str, ModelBuilder] = {}
 def register_model(name: str) -> Callable[[ModelBuilder], ModelBuilder]:
     """Decorator that makes a builder available as `train.model: <name>`."""
     if ":" in name:
-        raise ConfigError(f"model name {name!r} may not contain ':'; a colon marks an import path 'pkg.module:function'")
+        raise ConfigError(f"model name {name!r} may not contain ':'; a colon marks an import path "
+                          f"'pkg.module:function'")
 
     def decorate(builder: ModelBuilder) -> ModelBuilder:
         if _BUILDERS.get(name, builder) is not builder:

@@ -77,7 +77,7 @@ def write_checkpoint_atomically(directory: str | os.PathLike, epoch: int, state:
 
 
 def load_latest_checkpoint(directory: str | os.PathLike, fingerprint: dict) -> dict[str, Any] | None:
-    """The newest readable checkpoint in `directory`, or None when there is none.
+    """The newest readable checkpoint in `directory` (its state plus `epoch`), or None when there is none.
 
     Unreadable files (a crash mid-copy, a truncated upload) are skipped with a warning each, so an
     older complete checkpoint is used. A checkpoint of another model or config is refused, not skipped:
