@@ -1,0 +1,1 @@
+"""Spark jobs that turn raw data into sharded petastorm datasets with a manifest."""

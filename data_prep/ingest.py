@@ -1,0 +1,235 @@
+"""Reading raw rows: files Spark reads (CSV, JSON lines, Parquet, image folders) and two built-in sources.
+
+Every source yields a DataFrame of raw columns plus `_row_id` (a stable int64 id), `_ingest_error`
+(why a row could not even be read, or null) and `_raw_record` (the unreadable text, or null), so that
+validation can quarantine unreadable rows next to invalid ones. Nothing is collected to the driver,
+except the 1,797 rows of scikit-learn's digits, which ship with the library.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from data_prep.manifest import HadoopFs, hash_parts, qualify_url
+from sparkml_par.config import ColumnSpec, DataConfig
+from sparkml_par.errors import SparkmlParError
+
+ROW_ID = "_row_id"
+INGEST_ERROR = "_ingest_error"
+RAW_RECORD = "_raw_record"
+INTERNAL_COLUMNS = (ROW_ID, INGEST_ERROR, RAW_RECORD)
+IMAGE_EXTENSIONS = ("png", "jpg", "jpeg")
+# Rows of one synthetic block come from one generator seeded by (seed, block index), so the rows do
+# not depend on how the blocks are spread over partitions.
+_SYNTHETIC_BLOCK_ROWS = 4096
+
+
+@dataclass
+class Ingested:
+    """Raw rows and what is known about them before validation."""
+
+    df: Any
+    input_fingerprint: str
+    features: list[ColumnSpec]
+    feature_shape: list[int] | None = None
+    classes: list[str] | None = None
+    source_info: dict[str, Any] = field(default_factory=dict)
+
+
+def ingest(spark, cfg: DataConfig) -> Ingested:
+    """Dispatches on data.source."""
+    if cfg.source == "digits":
+        return _digits(spark, cfg)
+    if cfg.source == "synthetic":
+        return _synthetic(spark, cfg)
+    url = qualify_url(cfg.path)
+    files = _input_files(spark, cfg, url)
+    fingerprint = hash_parts(files)
+    if cfg.source == "images":
+        return _images(spark, cfg, url, fingerprint)
+    readers = {"csv": _csv, "json": _json, "parquet": _parquet}
+    df = readers[cfg.source](spark, cfg, url)
+    raw_columns = [c for c in df.columns if c not in INTERNAL_COLUMNS]
+    if not raw_columns:
+        raise SparkmlParError(f"data.path {cfg.path!r} has no columns (is the {cfg.source} input empty?); "
+                              f"point data.path at a non-empty input")
+    df = _with_content_row_id(df, raw_columns)
+    return Ingested(df=df, input_fingerprint=fingerprint, features=list(cfg.features),
+                    source_info={"files": len(files)})
+
+
+def _input_files(spark, cfg: DataConfig, url: str) -> list[tuple[str, int, int]]:
+    fs = HadoopFs(spark, url)
+    if not fs.glob(url):
+        raise SparkmlParError(f"data.path {cfg.path!r} does not exist (resolved to {url!r}); "
+                              f"check the path, or use source: digits or synthetic to run without input files")
+    files = fs.list_files(url)
+    if cfg.source == "images":
+        files = [f for f in files if f[0].rsplit(".", 1)[-1].lower() in IMAGE_EXTENSIONS]
+    if not files:
+        kind = "image files (.png, .jpg, .jpeg)" if cfg.source == "images" else "files"
+        raise SparkmlParError(f"data.path {cfg.path!r} holds no {kind}; the input is empty")
+    return files
+
+
+def _with_content_row_id(df, raw_columns: list[str]):
+    """A row id from the row's content: the same row gets the same id on every run and cluster."""
+    from pyspark.sql import functions as F
+
+    return df.withColumn(ROW_ID, F.xxhash64(*[F.col(f"`{c}`") for c in raw_columns]))
+
+
+def _with_corrupt_record(df, corrupt: str, reason: str):
+    from pyspark.sql import functions as F
+
+    if corrupt not in df.columns:
+        return df.withColumn(INGEST_ERROR, F.lit(None).cast("string")).withColumn(RAW_RECORD, F.lit(None).cast("string"))
+    return (df.withColumn(INGEST_ERROR, F.when(F.col(corrupt).isNotNull(), F.lit(reason)))
+              .withColumnRenamed(corrupt, RAW_RECORD))
+
+
+def _csv(spark, cfg: DataConfig, url: str):
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    options = {"header": str(cfg.csv_header).lower(), "sep": cfg.csv_sep}
+    # Every column is read as a string so that validation, not the reader, decides what is unparseable.
+    header = spark.read.options(**options).csv(url).schema
+    corrupt = "_corrupt_record"
+    schema = StructType([StructField(f.name, StringType()) for f in header] + [StructField(corrupt, StringType())])
+    df = (spark.read.options(**options).option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", corrupt)
+          .schema(schema).csv(url))
+    return _with_corrupt_record(df, corrupt, "malformed_row")
+
+
+def _json(spark, cfg: DataConfig, url: str):
+    corrupt = "_corrupt_record"
+    df = spark.read.option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", corrupt).json(url)
+    return _with_corrupt_record(df, corrupt, "malformed_row")
+
+
+def _parquet(spark, cfg: DataConfig, url: str):
+    return _with_corrupt_record(spark.read.parquet(url), "_corrupt_record", "malformed_row")
+
+
+def _images(spark, cfg: DataConfig, url: str, fingerprint: str) -> Ingested:
+    """Class-per-subfolder images, decoded and resized in the executors."""
+    from pyspark.sql import functions as F
+
+    height, width = cfg.image_size
+    channels = cfg.image_channels
+    glob = "*.{" + ",".join(IMAGE_EXTENSIONS + tuple(e.upper() for e in IMAGE_EXTENSIONS)) + "}"
+    files = (spark.read.format("binaryFile").option("recursiveFileLookup", "true")
+             .option("pathGlobFilter", glob).load(url))
+    parts = F.split(F.col("path"), "/")
+    files = files.withColumn("class", F.element_at(parts, -2)).withColumn("file", F.element_at(parts, -1))
+    # The class names are an aggregate (one short string per folder), not data.
+    classes = sorted(r["class"] for r in files.select("class").distinct().collect())
+    decoded = files.select(
+        F.xxhash64(F.col("class"), F.col("file")).alias(ROW_ID),
+        F.concat_ws("/", "class", "file").alias("file"),
+        (F.array_position(F.array(*[F.lit(c) for c in classes]), F.col("class")) - 1).alias(cfg.label),
+        _decode_images_udf(height, width, channels)(F.col("content")).alias("decoded"),
+    )
+    df = decoded.select(
+        ROW_ID, "file", cfg.label, F.col("decoded.features").alias("features"),
+        F.when(F.col("decoded.error").isNotNull(), F.lit("undecodable_image")).alias(INGEST_ERROR),
+        F.col("decoded.error").alias(RAW_RECORD),
+    )
+    size = channels * height * width
+    return Ingested(df=df, input_fingerprint=fingerprint,
+                    features=[ColumnSpec(name="features", type="vector", size=size, min=0.0, max=1.0)],
+                    feature_shape=[channels, height, width], classes=classes,
+                    source_info={"classes": classes})
+
+
+def _decode_images_udf(height: int, width: int, channels: int):
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType, FloatType, StringType, StructField, StructType
+
+    schema = StructType([StructField("features", ArrayType(FloatType())), StructField("error", StringType())])
+
+    @F.pandas_udf(schema)
+    def decode(content):
+        import pandas as pd
+        from PIL import Image
+
+        features, errors = [], []
+        for data in content:
+            try:
+                with Image.open(io.BytesIO(data)) as image:
+                    image = image.convert("L" if channels == 1 else "RGB").resize((width, height))
+                    pixels = np.asarray(image, dtype=np.float32) / 255.0
+                # Channels first, like torchvision, so features reshape to [C, H, W].
+                features.append(pixels.reshape(height, width, channels).transpose(2, 0, 1).ravel())
+                errors.append(None)
+            except Exception as exc:  # any file PIL cannot decode goes to quarantine with its cause
+                features.append(None)
+                errors.append(f"{type(exc).__name__}: {exc}"[:500])
+        return pd.DataFrame({"features": features, "error": errors})
+
+    return decode
+
+
+def _digits(spark, cfg: DataConfig) -> Ingested:
+    """scikit-learn's 8x8 handwritten digits, scaled from 0..16 to 0..1."""
+    from pyspark.sql.types import ArrayType, FloatType, LongType, StructField, StructType
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    features = (digits.data / 16.0).astype(np.float32)
+    rows = [(i, features[i].tolist(), int(digits.target[i])) for i in range(len(features))]
+    schema = StructType([StructField(ROW_ID, LongType(), False), StructField("features", ArrayType(FloatType())),
+                         StructField(cfg.label, LongType())])
+    df = _with_corrupt_record(spark.createDataFrame(rows, schema), "_corrupt_record", "")
+    return Ingested(df=df, input_fingerprint=hash_parts({"source": "digits", "rows": len(rows)}),
+                    features=[ColumnSpec(name="features", type="vector", size=64, min=0.0, max=1.0)],
+                    feature_shape=[1, 8, 8], source_info={"rows": len(rows)})
+
+
+def _synthetic(spark, cfg: DataConfig) -> Ingested:
+    """Gaussian class clusters (or a noisy linear target), generated in the executors."""
+    from pyspark.sql.types import ArrayType, FloatType, LongType, StructField, StructType
+
+    s = cfg.synthetic
+    rows, dims, classes, seed = s.rows, s.features, s.classes, s.seed
+    # Model parameters (class centres or regression weights) are small and drawn on the driver.
+    params = np.random.default_rng([seed, 0]).normal(0.0, 1.0, size=(max(classes, 1), dims)).astype(np.float32)
+    label_type = LongType() if classes else FloatType()
+    schema = StructType([StructField(ROW_ID, LongType(), False), StructField("features", ArrayType(FloatType())),
+                         StructField(cfg.label, label_type)])
+    blocks = -(-rows // _SYNTHETIC_BLOCK_ROWS)
+    partitions = s.partitions or spark.sparkContext.defaultParallelism
+    block_rows = _SYNTHETIC_BLOCK_ROWS
+
+    def generate(batches):
+        import pyarrow as pa
+
+        for batch in batches:
+            for block in batch.column(0).to_numpy():
+                start = int(block) * block_rows
+                n = min(block_rows, rows - start)
+                rng = np.random.default_rng([seed, 1, int(block)])
+                noise = rng.standard_normal((n, dims), dtype=np.float32)
+                if classes:
+                    label = rng.integers(0, classes, n)
+                    x = params[label] + noise
+                    y = pa.array(label.astype(np.int64))
+                else:
+                    x = noise
+                    y = pa.array((x @ params[0] + 0.1 * rng.standard_normal(n)).astype(np.float32))
+                offsets = pa.array(np.arange(0, (n + 1) * dims, dims, dtype=np.int32))
+                values = pa.ListArray.from_arrays(offsets, pa.array(x.ravel()))
+                ids = pa.array(np.arange(start, start + n, dtype=np.int64))
+                yield pa.RecordBatch.from_arrays([ids, values, y], names=schema.names)
+
+    df = spark.range(0, blocks, 1, numPartitions=min(partitions, blocks)).mapInArrow(generate, schema)
+    df = _with_corrupt_record(df, "_corrupt_record", "")
+    # Partitioning does not change the rows, so it is not part of the input's identity.
+    parameters = {"source": "synthetic", "rows": rows, "features": dims, "classes": classes, "seed": seed}
+    return Ingested(df=df, input_fingerprint=hash_parts(parameters),
+                    features=[ColumnSpec(name="features", type="vector", size=dims)],
+                    feature_shape=[dims], source_info={"rows": rows})

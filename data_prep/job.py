@@ -1,0 +1,195 @@
+"""The prepare job: ingest -> validate -> profile -> split -> featurize -> write, published atomically.
+
+`prepare(spark, cfg.data)` is the notebook API (it uses the caller's session); `run(cfg)` is what
+`sparkml-par prepare` and jobs/prepare.py call: it builds the session and prints a summary.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from data_prep import featurize, manifest as mf
+from data_prep.ingest import ROW_ID, Ingested, ingest
+from data_prep.profile import count_duplicates, drop_duplicates, profile
+from data_prep.split import SPLIT, SPLITS, assign_splits, make_row_ids_unique
+from data_prep.validate import Validated, check_reject_fraction, validate
+from data_prep.write import write_split
+from sparkml_par.config import Config, DataConfig
+from sparkml_par.errors import SparkmlParError
+
+log = logging.getLogger(__name__)
+
+PROFILE_NAME = "profile.json"
+QUARANTINE_DIR = "quarantine"
+
+
+@dataclass
+class PrepareResult:
+    """What a prepare call produced: the manifest, where it lives, and whether it was already there."""
+
+    manifest: dict[str, Any]
+    output: str
+    skipped: bool
+    seconds: float = 0.0
+
+
+def prepare(spark, cfg: DataConfig) -> PrepareResult:
+    """Builds the dataset at cfg.output, or returns the existing one when input and config are unchanged."""
+    start = time.time()
+    output = mf.qualify_url(cfg.output)
+    ing = ingest(spark, cfg)
+    fingerprint = mf.fingerprint(cfg, ing.input_fingerprint)
+    existing = mf.check_existing_output(spark, output, fingerprint, cfg.mode)
+    if existing is not None:
+        log.info("%s already holds this dataset (fingerprint %s): nothing to do", output, fingerprint)
+        return PrepareResult(manifest=existing, output=output, skipped=True, seconds=time.time() - start)
+    staging = mf.create_staging(spark, output)
+    fs = mf.HadoopFs(spark, staging)
+    try:
+        manifest = _build(spark, cfg, ing, fingerprint, staging, output)
+        mf.publish(spark, staging, output, manifest)
+    except BaseException:
+        if fs.exists(staging):
+            fs.delete(staging)
+        raise
+    seconds = time.time() - start
+    log.info("published %s in %.1f s (%.0f input rows/s)", output, seconds, manifest["rows_in"] / max(seconds, 1e-9))
+    return PrepareResult(manifest=manifest, output=output, skipped=False, seconds=seconds)
+
+
+def _build(spark, cfg: DataConfig, ing: Ingested, fingerprint: str, staging: str, output: str) -> dict[str, Any]:
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    stage = _Stages()
+    v = validate(ing, cfg)
+    stage.done("validate", v.rows_in)
+    _write_quarantine(spark, v, cfg, staging, output)
+    stage.done("quarantine", v.rows_in - v.rows_clean)
+
+    clean = v.clean
+    content = [c for c in clean.columns if c != ROW_ID]
+    duplicates = count_duplicates(clean, content)
+    if duplicates and cfg.dedupe:
+        clean = drop_duplicates(clean, content)
+    elif duplicates and ing.feature_shape is None:
+        clean = make_row_ids_unique(clean)
+    clean = assign_splits(clean, cfg).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        counts = {r[SPLIT]: r["count"] for r in clean.groupBy(SPLIT).count().collect()}  # three numbers
+        stats = profile(clean, cfg.label, cfg.task, v.features)
+        stats.update(duplicates=duplicates, deduplicated=bool(cfg.dedupe and duplicates))
+        mf.write_json(mf.HadoopFs(spark, staging), f"{staging}/{PROFILE_NAME}", stats)
+        stage.done("profile", stats["rows"])
+
+        featurized, pipeline_path = _featurize(clean, v, cfg, staging)
+        size = featurized.select(F.size(featurize.FEATURES)).first()[0]
+        stage.done("featurize", counts.get("train", 0))
+
+        splits = {}
+        for name in SPLITS:
+            rows = counts.get(name, 0)
+            if rows == 0 and getattr(cfg.split, name) == 0:
+                continue
+            part = featurized.where(F.col(SPLIT) == name).select(ROW_ID, featurize.FEATURES, cfg.label)
+            info = write_split(spark, part, f"{staging}/{name}", rows, shapes={featurize.FEATURES: (size,)},
+                               row_group_mb=cfg.row_group_size_mb, file_mb=cfg.file_size_mb,
+                               max_shards=cfg.max_shards, split=name)
+            splits[name] = {"path": name, **info}
+            stage.done(f"write {name}", rows)
+    finally:
+        clean.unpersist()
+    return {
+        "format_version": mf.FORMAT_VERSION,
+        "created": mf.now_iso(),
+        "fingerprint": fingerprint,
+        "input_fingerprint": ing.input_fingerprint,
+        "source": cfg.source,
+        "label_column": cfg.label,
+        "feature_column": featurize.FEATURES,
+        "task": cfg.task,
+        "num_classes": v.num_classes,
+        "classes": ing.classes,
+        "feature_shape": ing.feature_shape or [size],
+        "splits": splits,
+        "max_shards": cfg.max_shards,
+        "feature_pipeline": pipeline_path,
+        "raw_feature_columns": [s.name for s in v.features],
+        "raw_feature_types": {s.name: s.type for s in v.features},
+        "rows_in": v.rows_in,
+        "rows_clean": v.rows_clean,
+        "duplicates": duplicates,
+        "quarantine": {"path": QUARANTINE_DIR, "rows": v.rows_in - v.rows_clean, "reasons": v.reasons},
+        "profile": PROFILE_NAME,
+    }
+
+
+def _write_quarantine(spark, v: Validated, cfg: DataConfig, staging: str, output: str) -> None:
+    """Writes rejected rows; when there are too many, keeps them beside the output and stops."""
+    url = f"{staging}/{QUARANTINE_DIR}"
+    v.rejected.write.parquet(url)
+    kept = f"{output}.rejected"
+    try:
+        check_reject_fraction(v, cfg, kept)
+    except SparkmlParError:
+        fs = mf.HadoopFs(spark, kept)
+        if fs.exists(kept):
+            fs.delete(kept)
+        fs.rename(url, kept)
+        raise
+
+
+def _featurize(clean, v: Validated, cfg: DataConfig, staging: str):
+    """The featurized rows and the saved pipeline's relative path (None when the input is one vector)."""
+    from pyspark.sql import functions as F
+
+    if not featurize.needs_pipeline(v.features):
+        name = v.features[0].name
+        return clean.withColumn(featurize.FEATURES, F.col(f"`{name}`").cast("array<float>")), None
+    model = featurize.fit_feature_pipeline(clean.where(F.col(SPLIT) == "train"), v.features, cfg.featurize)
+    model.write().save(f"{staging}/{featurize.PIPELINE_DIR}")
+    return featurize.transform(model, clean), featurize.PIPELINE_DIR
+
+
+class _Stages:
+    """Logs each finished stage with its duration and throughput."""
+
+    def __init__(self):
+        self._last = time.time()
+
+    def done(self, name: str, rows: int) -> None:
+        now = time.time()
+        seconds, self._last = now - self._last, now
+        log.info("%-16s %10d rows %7.1f s %12.0f rows/s", name, rows, seconds, rows / max(seconds, 1e-9))
+
+
+def summary(result: PrepareResult) -> str:
+    """The run summary: rows in, clean and quarantined per reason, rows per split, throughput."""
+    m = result.manifest
+    lines = [f"dataset {result.output}" + (" (unchanged, nothing to do)" if result.skipped else "")]
+    lines.append(f"  rows in       {m['rows_in']}")
+    lines.append(f"  rows clean    {m['rows_clean']}")
+    lines.append(f"  quarantined   {m['quarantine']['rows']}")
+    for reason, n in m["quarantine"]["reasons"].items():
+        lines.append(f"    {reason:<28} {n}")
+    for name, split in m["splits"].items():
+        lines.append(f"  {name:<13} {split['rows']} rows in {split['row_groups']} row groups, "
+                     f"{len(split['files'])} files")
+    if not result.skipped:
+        lines.append(f"  {result.seconds:.1f} s, {m['rows_in'] / max(result.seconds, 1e-9):.0f} rows/s")
+    return "\n".join(lines)
+
+
+def run(cfg: Config) -> int:
+    """Entry point of `sparkml-par prepare`: builds the session, prepares the dataset, prints the summary."""
+    from sparkml_par.session import spark_session
+
+    logging.basicConfig(level=logging.WARNING if cfg.output.quiet else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    with spark_session(cfg.spark) as spark:
+        result = prepare(spark, cfg.data)
+    print(summary(result))
+    return 0

@@ -1,0 +1,70 @@
+"""A profile of the clean data, computed by Spark aggregates and written as JSON next to the dataset."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from data_prep.ingest import ROW_ID
+from sparkml_par.config import ColumnSpec
+
+
+def count_duplicates(df, columns: list[str]) -> int:
+    """Rows that repeat an earlier row's label and features exactly."""
+    return df.count() - df.select(*[f"`{c}`" for c in columns]).distinct().count()
+
+
+def drop_duplicates(df, columns: list[str]):
+    """Keeps one row per content; the smallest id wins so the result does not depend on partitioning."""
+    from pyspark.sql import functions as F
+
+    return df.groupBy(*[f"`{c}`" for c in columns]).agg(F.min(ROW_ID).alias(ROW_ID))
+
+
+def profile(df, label: str, task: str, specs: list[ColumnSpec]) -> dict[str, Any]:
+    """Count, nulls, min/max/mean/stddev, approximate distinct counts and the label distribution."""
+    from pyspark.sql import functions as F
+
+    aggregates = [F.count(F.lit(1)).alias("rows")]
+    numeric = [label] + [s.name for s in specs if s.type in ("float", "int")]
+    for name in numeric:
+        c = F.col(f"`{name}`")
+        aggregates += [F.count(F.when(c.isNull(), 1)).alias(f"{name}|nulls"), F.min(c).alias(f"{name}|min"),
+                       F.max(c).alias(f"{name}|max"), F.mean(c).alias(f"{name}|mean"),
+                       F.stddev(c).alias(f"{name}|stddev"), F.approx_count_distinct(c).alias(f"{name}|distinct")]
+    for spec in specs:
+        c = F.col(f"`{spec.name}`")
+        if spec.type == "string":
+            aggregates += [F.count(F.when(c.isNull(), 1)).alias(f"{spec.name}|nulls"),
+                           F.approx_count_distinct(c).alias(f"{spec.name}|distinct")]
+        elif spec.type == "vector":
+            # Statistics over all elements; per-element sums come from one pass over each array.
+            total = F.aggregate(c, F.lit(0.0), lambda acc, x: acc + x)
+            squares = F.aggregate(c, F.lit(0.0), lambda acc, x: acc + x * x)
+            aggregates += [F.count(F.when(c.isNull(), 1)).alias(f"{spec.name}|nulls"),
+                           F.min(F.array_min(c)).alias(f"{spec.name}|min"),
+                           F.max(F.array_max(c)).alias(f"{spec.name}|max"),
+                           F.sum(total).alias(f"{spec.name}|sum"), F.sum(squares).alias(f"{spec.name}|squares"),
+                           F.sum(F.size(c)).alias(f"{spec.name}|elements")]
+    stats = df.agg(*aggregates).first().asDict()
+    columns: dict[str, dict[str, Any]] = {}
+    for key, value in stats.items():
+        if key != "rows":
+            name, stat = key.split("|")
+            columns.setdefault(name, {})[stat] = value
+    for spec in specs:
+        if spec.type == "vector":
+            _vector_moments(columns[spec.name])
+    result = {"rows": stats["rows"], "columns": columns}
+    if task == "classification":
+        counts = df.groupBy(f"`{label}`").count().orderBy(f"`{label}`").collect()  # one row per class
+        result["label_distribution"] = {str(r[0]): r["count"] for r in counts}
+    return result
+
+
+def _vector_moments(column: dict[str, Any]) -> None:
+    total, squares, n = column.pop("sum"), column.pop("squares"), column.pop("elements")
+    if not n:
+        column.update(mean=None, stddev=None)
+        return
+    mean = total / n
+    column.update(mean=mean, stddev=max(squares / n - mean * mean, 0.0) ** 0.5 if n > 1 else None, elements=n)
