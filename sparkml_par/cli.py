@@ -19,6 +19,8 @@ from sparkml_par.logs import setup_logging
 # command -> ("module:function", help); the function takes the loaded Config and returns the exit code.
 COMMANDS: dict[str, tuple[str, str]] = {
     "smoke": ("sparkml_par.smoke:run", "2 Horovod ranks in a Spark barrier stage all-reduce a tensor"),
+    "prepare": ("data_prep.job:run", "ingest, validate, profile, featurize, split and write a petastorm dataset"),
+    "train": ("sparkml_par.train.job:run", "train on the prepared dataset with Horovod ranks in a barrier stage"),
 }
 
 _OVERRIDES_HELP = "section.key=value settings that win over CONF, e.g. train.epochs=3 spark.master=local[4]"
@@ -34,7 +36,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         return args.handler(args)
     except SparkmlParError as exc:
-        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        print(f"error: {str(exc).strip()}", file=sys.stderr)
         return 2
 
 

@@ -140,6 +140,7 @@ class TrainConfig:
     scheduler: Literal["none", "step", "exponential", "cosine", "plateau"] = _field("none", "LR schedule.")
     step_size: int = _field(1, "Epochs between decays of the step scheduler.", minimum=1)
     gamma: float = _field(0.1, "Decay factor of the step, exponential and plateau schedulers.", minimum=0.0)
+    plateau_patience: int = _field(2, "Epochs without improvement before the plateau scheduler decays.", minimum=0)
     precision: Literal["fp32", "bf16", "fp16"] = _field("fp32", "bf16 autocast (CPU/GPU) or fp16 with a scaler (GPU).")
     grad_clip: float = _field(0.0, "Clip the gradient norm to this; 0 turns clipping off.", minimum=0.0)
     accumulation_steps: int = _field(1, "Backward passes per optimizer step (gradient accumulation).", minimum=1)
@@ -154,6 +155,7 @@ class TrainConfig:
     resume: Literal["auto", "never"] = _field("auto", "auto resumes from the newest complete checkpoint.")
     pipeline_stages: int = _field(1, "Split the model into this many consecutive stages (model parallelism).",
                                   minimum=1)
+    pipeline_boundaries: list[int] = _field([], "Layer indexes where stages start; empty balances stages by parameter count.")
     micro_batches: int = _field(1, "Micro-batches per batch in the stage pipeline.", minimum=1)
     seed: int = _field(0, "Seed of weights, shuffling and dropout.")
     threads_per_rank: int = _field(1, "torch intra-op threads per rank.", minimum=1)

@@ -33,6 +33,8 @@ def session_settings(cfg: SparkConfig) -> dict[str, str]:
             "spark.driver.host": LOOPBACK,
             "spark.driver.bindAddress": LOOPBACK,
             "spark.ui.enabled": "false",
+            # The project logs stage, epoch and throughput itself; Spark's bar would overwrite those lines.
+            "spark.ui.showConsoleProgress": "false",
             "spark.sql.shuffle.partitions": "8",
             # Executors of the embedded default run the driver's interpreter (the project's venv).
             "spark.pyspark.python": sys.executable,

@@ -118,5 +118,6 @@ def _build_epoch_schedule(optimizer: torch.optim.Optimizer, cfg: TrainConfig):
                               f"gamma when the metric stalls, so gamma must be below 1")
         # An improvement means the same as for early stopping: better by at least min_delta.
         return lr_scheduler.ReduceLROnPlateau(optimizer, mode=cfg.early_stopping.mode, factor=cfg.gamma,
+                                              patience=cfg.plateau_patience,
                                               threshold=cfg.early_stopping.min_delta, threshold_mode="abs")
     return None

@@ -1,0 +1,139 @@
+"""Driver side of training: check the dataset against the request, launch the ranks, report.
+
+Everything that can be refused is refused here, before a barrier stage holds the cluster: a
+missing dataset, more ranks than the train split has row groups, a batch smaller than the ranks.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sparkml_par import launch
+from sparkml_par.config import Config
+from sparkml_par.errors import SparkmlParError
+from sparkml_par.launch.slots import check_barrier_launch
+from sparkml_par.models.registry import build_from_spec, model_spec
+from sparkml_par.train.checkpoint import checkpoint_fingerprint
+from sparkml_par.train.loop import TrainJob, train_rank
+
+log = logging.getLogger("sparkml_par.train")
+
+
+@dataclass
+class TrainResult:
+    history: list[dict[str, Any]]
+    test: dict[str, float]
+    artifact: str
+    epochs_run: int
+    stopped_early: bool
+    seconds: float
+
+
+def local_path(url: str) -> str:
+    """Rank 0 writes checkpoints and the artifact with plain file I/O: a local or mounted directory."""
+    if "://" in url and not url.startswith("file://"):
+        raise SparkmlParError(f"train.output {url!r} must be a local or mounted directory (file:// or a path, e.g. "
+                              f"/dbfs/... on Databricks) shared by the driver and the rank-0 executor")
+    return str(Path(url.removeprefix("file://")).absolute())
+
+
+def build_train_job(manifest: dict[str, Any], dataset_url: str, cfg: Config, num_proc: int) -> TrainJob:
+    splits = manifest["splits"]
+    train_groups = splits["train"]["row_groups"]
+    if num_proc > train_groups:
+        raise SparkmlParError(
+            f"train.num_proc={num_proc} but the train split of {dataset_url} has only {train_groups} row groups, "
+            f"so some ranks would read nothing; lower train.num_proc, or re-shard the dataset with "
+            f"data.max_shards={num_proc} (a multiple of the rank count) and run sparkml-par prepare again"
+        )
+    if cfg.train.batch_size < num_proc:
+        raise SparkmlParError(f"train.batch_size={cfg.train.batch_size} is smaller than train.num_proc={num_proc}; "
+                              f"every rank needs at least one row per batch")
+    task = manifest["task"]
+    outputs = manifest["num_classes"] if task == "classification" else 1
+    spec = model_spec(cfg.train.model, cfg.train.model_args, tuple(manifest["feature_shape"]), outputs)
+    build_from_spec(spec)  # a wrong model name or argument fails here, on the driver, not in every rank
+    root = dataset_url.rstrip("/")
+    return TrainJob(
+        train=cfg.train,
+        splits={name: f"{root}/{split['path']}" for name, split in splits.items()},
+        split_rows={name: split["rows"] for name, split in splits.items()},
+        task=task,
+        model_spec=spec,
+        fingerprint=checkpoint_fingerprint(spec, cfg.train, manifest["fingerprint"]),
+        output=local_path(cfg.train.output),
+        description={
+            "spec": spec, "task": task, "num_classes": manifest["num_classes"],
+            "classes": manifest.get("classes"), "feature_shape": manifest["feature_shape"],
+            "dataset": root, "dataset_fingerprint": manifest["fingerprint"],
+            "feature_pipeline": manifest.get("feature_pipeline"),
+            "raw_feature_columns": manifest.get("raw_feature_columns", []),
+            "raw_feature_types": manifest.get("raw_feature_types", {}),
+            "label_column": manifest.get("label_column"),
+        },
+        config_yaml=cfg.to_yaml(),
+        use_gpu=cfg.spark.use_gpu,
+    )
+
+
+def train(spark, cfg: Config) -> TrainResult:
+    """Trains cfg.train.model on the dataset at cfg.data.output with cfg.train.num_proc Horovod ranks."""
+    from data_prep.manifest import qualify_url, read_manifest
+
+    dataset_url = qualify_url(cfg.data.output)
+    manifest = read_manifest(spark, dataset_url)
+    if manifest is None:
+        raise SparkmlParError(f"no dataset at data.output={cfg.data.output!r} (no _manifest.json); "
+                              f"run `sparkml-par prepare` with the same config first")
+    num_proc = cfg.train.num_proc
+    if num_proc == 0 and cfg.train.launcher == "barrier":
+        num_proc = check_barrier_launch(spark.sparkContext, 0)
+    job = build_train_job(manifest, dataset_url, cfg, num_proc or 1)
+    log.info("training %s on %d %s ranks: %d train rows, global batch %d, %d epochs",
+             cfg.train.model, num_proc, cfg.train.launcher, job.split_rows["train"], cfg.train.batch_size,
+             cfg.train.epochs)
+    started = time.monotonic()
+    results = launch.run(train_rank, job, num_proc=num_proc, mode=cfg.train.launcher, use_gpu=cfg.spark.use_gpu,
+                         timeout=cfg.train.timeout, spark=spark, on_progress=_log_epoch(cfg.train.epochs))
+    chief = results[0]
+    return TrainResult(history=chief["history"], test=chief["test"], artifact=chief["artifact"],
+                       epochs_run=chief["epochs_run"], stopped_early=chief["stopped_early"],
+                       seconds=time.monotonic() - started)
+
+
+def _log_epoch(epochs: int):
+    def on_progress(rank: int, record: dict) -> None:
+        if rank != 0:
+            return
+        metrics = " ".join(f"{k}={v:.4g}" for k, v in record.items()
+                           if k.startswith(("train_", "val_")) and isinstance(v, (int, float)))
+        log.info("epoch %d/%d %s lr=%.3g %.0f samples/s %.1f s", record["epoch"], epochs, metrics, record["lr"],
+                 record["samples_per_sec"], record["epoch_time"])
+    return on_progress
+
+
+def summary(result: TrainResult) -> str:
+    lines = [f"model artifact {result.artifact}",
+             f"  epochs run    {result.epochs_run}" + (" (stopped early)" if result.stopped_early else "")]
+    if result.history:
+        last = result.history[-1]
+        lines.append("  last epoch    " + " ".join(f"{k}={v:.4f}" for k, v in last.items()
+                                                  if k.startswith(("train_", "val_"))))
+    if result.test:
+        lines.append("  test          " + " ".join(f"{k}={v:.4f}" for k, v in result.test.items() if k != "samples"))
+    lines.append(f"  {result.seconds:.1f} s")
+    return "\n".join(lines)
+
+
+def run(cfg: Config) -> int:
+    """Entry point of `sparkml-par train`."""
+    from sparkml_par.session import spark_session
+
+    with spark_session(cfg.spark) as spark:
+        result = train(spark, cfg)
+    print(summary(result))
+    return 0
