@@ -187,8 +187,6 @@ def run(cfg: Config) -> int:
     """Entry point of `sparkml-par prepare`: builds the session, prepares the dataset, prints the summary."""
     from sparkml_par.session import spark_session
 
-    logging.basicConfig(level=logging.WARNING if cfg.output.quiet else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with spark_session(cfg.spark) as spark:
         result = prepare(spark, cfg.data)
     print(summary(result))

@@ -2,7 +2,7 @@
 
 Spark writes its own columns (scalars, float arrays) straight from the DataFrame; petastorm only adds
 its Unischema and row-group metadata. Going through petastorm codecs and `rdd.map(dict_to_spark_row)`
-was measured at about a tenth of a plain Parquet write, so codecs are kept for images only.
+was measured at about a tenth of a plain Parquet write, so no column goes through a codec.
 
 Row-group layout: petastorm hands row group i (in file-path order) to shard i % shard_count. So each
 split gets a row-group count that is a multiple of data.max_shards, with near-equal rows per group:
@@ -28,9 +28,6 @@ log = logging.getLogger(__name__)
 MIB = 1024 * 1024
 # Spark writes a split in one task when it is this small: exact balance costs nothing here.
 _SMALL_SPLIT_ROWS = 100_000
-# Metadata that marks a binary column as an encoded image, e.g. {"image_shape": [8, 8, 3], "image_codec": "png"}.
-IMAGE_SHAPE_KEY = "image_shape"
-IMAGE_CODEC_KEY = "image_codec"
 
 
 @dataclass(frozen=True)
@@ -105,17 +102,24 @@ def _type_bytes(dtype) -> int:
 
 
 def unischema_from_spark(name: str, schema, shapes: dict[str, tuple[int, ...]]):
-    """A petastorm Unischema for a Spark schema: scalars, fixed-size numeric arrays, encoded images."""
-    from petastorm.codecs import CompressedImageCodec, ScalarCodec
+    """A petastorm Unischema for a Spark schema: scalars (binary included) and fixed-size numeric arrays.
+
+    Images are stored decoded, as float arrays: petastorm's image codec needs OpenCV, and its
+    restricted unpickler refuses any codec class outside petastorm.
+
+    Columns whose names start with "_" are left out (see below).
+    """
+    from petastorm.codecs import ScalarCodec
     from petastorm.unischema import Unischema, UnischemaField
-    from pyspark.sql.types import ArrayType, BinaryType
+    from pyspark.sql.types import ArrayType
 
     fields = []
     for f in schema.fields:
-        if isinstance(f.dataType, BinaryType) and IMAGE_SHAPE_KEY in f.metadata:
-            codec = CompressedImageCodec(f.metadata.get(IMAGE_CODEC_KEY, "png"))
-            fields.append(UnischemaField(f.name, np.uint8, tuple(f.metadata[IMAGE_SHAPE_KEY]), codec, f.nullable))
-        elif isinstance(f.dataType, ArrayType):
+        if f.name.startswith("_"):
+            # petastorm readers return namedtuples, whose field names cannot start with "_": columns such
+            # as _row_id stay in the Parquet files (Spark and pyarrow read them) but out of the Unischema.
+            continue
+        if isinstance(f.dataType, ArrayType):
             dtype = _numpy_type(f.name, f.dataType.elementType)
             # Arrays are stored as Parquet lists without a codec; readers return them as numpy arrays.
             fields.append(UnischemaField(f.name, dtype, tuple(shapes.get(f.name, (None,))), None, f.nullable))

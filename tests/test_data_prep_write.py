@@ -1,0 +1,189 @@
+"""The petastorm writer: row-group layout, and a dataset that reads back identically everywhere."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from data_prep.write import plan_layout, write_split
+from sparkml_par.errors import SparkmlParError
+
+ROWS, DIMS = 1000, 5
+
+
+@pytest.mark.parametrize("rows, row_bytes, max_shards, partitions", [
+    (1797, 300, 8, 2),          # digits-sized: the count rule wins over the 4 MB target
+    (2_000_000, 140, 8, 2),     # benchmark-sized: ~30k rows per 4 MB group
+    (2_000_001, 140, 6, 200),   # many input partitions, a prime-ish row count
+    (9, 36, 8, 1),              # barely enough rows
+])
+def test_layout_row_groups_are_a_multiple_of_max_shards_with_near_equal_rows(rows, row_bytes, max_shards,
+                                                                             partitions):
+    layout = plan_layout(rows, row_bytes, 4.0, 64.0, max_shards, partitions)
+    assert layout.row_groups % max_shards == 0
+    assert layout.row_groups % layout.files == 0
+    per_file = layout.row_groups // layout.files
+    assert layout.row_limit * layout.row_groups >= rows
+    # Near-equal: no group may be smaller than a full one minus the slack of one file's imbalance.
+    assert layout.row_limit <= -(-rows // layout.row_groups) + (1 if layout.single_input else partitions)
+    assert per_file <= 16
+
+
+def test_layout_keeps_row_groups_near_the_size_target():
+    layout = plan_layout(2_000_000, 140, 4.0, 64.0, 8, 2)
+    rows_per_group = 2_000_000 / layout.row_groups
+    assert 0.5 * 4 * 2**20 <= rows_per_group * 140 <= 4 * 2**20
+    assert layout.files < layout.row_groups  # several row groups per file, not one file per group
+
+
+def test_layout_refuses_fewer_rows_than_shards():
+    with pytest.raises(SparkmlParError, match=r"the test split has 5 rows, fewer than data.max_shards=8 .* "
+                                              r"lower data.max_shards"):
+        plan_layout(5, 36, 4.0, 64.0, 8, 1, split="test")
+
+
+def _expected_features(ids: np.ndarray) -> np.ndarray:
+    return (ids[:, None] * 0.5 + np.arange(DIMS)[None, :]).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def written(spark, tmp_path_factory):
+    """1,000 rows from 3 unequal input partitions, cut into small row groups for 4 shards."""
+    from pyspark.sql import functions as F
+
+    df = (spark.range(0, ROWS, 1, numPartitions=3)
+          .select(F.col("id").alias("_row_id"),
+                  F.expr(f"transform(sequence(0, {DIMS - 1}), j -> CAST(id * 0.5 + j AS float))").alias("features"),
+                  (F.col("id") % 3).alias("label")))
+    url = "file://" + str(tmp_path_factory.mktemp("write") / "train")
+    info = write_split(spark, df, url, ROWS, shapes={"features": (DIMS,)}, row_group_mb=0.001, file_mb=0.004,
+                       max_shards=4, split="train")
+    return url, info
+
+
+def test_layout_on_disk_matches_the_manifest_entry(written):
+    url, info = written
+    path = url[len("file://"):]
+    groups = 0
+    for name, rows in info["files"].items():
+        meta = pq.read_metadata(f"{path}/{name}")
+        assert meta.num_rows == rows
+        groups += meta.num_row_groups
+        sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+        assert max(sizes) - min(sizes) <= 1
+    assert groups == info["row_groups"] and groups % 4 == 0 and groups > 4
+    assert len(info["files"]) > 1 and sum(info["files"].values()) == ROWS
+
+
+def test_reads_back_identically_through_pyarrow_and_spark(spark, written):
+    url, _ = written
+    table = pq.read_table(url[len("file://"):], columns=["_row_id", "features", "label"]).to_pydict()
+    ids = np.array(table["_row_id"])
+    order = np.argsort(ids)
+    assert np.array_equal(ids[order], np.arange(ROWS))
+    assert np.array_equal(np.array(table["features"], dtype=np.float32)[order], _expected_features(np.arange(ROWS)))
+    assert np.array_equal(np.array(table["label"])[order], np.arange(ROWS) % 3)
+
+    back = spark.read.parquet(url)
+    assert back.count() == ROWS
+    assert dict(back.dtypes) == {"_row_id": "bigint", "features": "array<float>", "label": "bigint"}
+    mismatches = back.selectExpr(
+        f"sum(CASE WHEN features = transform(sequence(0, {DIMS - 1}), j -> CAST(_row_id * 0.5 + j AS float)) "
+        f"AND label = _row_id % 3 THEN 0 ELSE 1 END)").first()[0]
+    assert mismatches == 0
+
+
+@pytest.mark.parametrize("shards", [1, 2, 4])
+def test_make_reader_shards_are_balanced_and_complete(written, shards):
+    from petastorm import make_reader
+
+    url, info = written
+    per_group = -(-ROWS // info["row_groups"])
+    seen, counts = [], []
+    for shard in range(shards):
+        with make_reader(url, reader_pool_type="dummy", num_epochs=1, cur_shard=shard, shard_count=shards) as reader:
+            rows = list(reader)
+        counts.append(len(rows))
+        for row in rows:
+            row_id = int(row.features[0] * 2)  # _row_id is not a petastorm field; features encode it
+            assert set(row._fields) == {"features", "label"}
+            assert row.features.dtype == np.float32 and row.features.shape == (DIMS,)
+            assert np.array_equal(row.features, _expected_features(np.array([row_id]))[0])
+            assert row.label == row_id % 3
+            seen.append(row_id)
+    assert sorted(seen) == list(range(ROWS))
+    assert max(counts) - min(counts) <= per_group
+
+
+@pytest.mark.parametrize("shards", [2, 4])
+def test_make_batch_reader_shards_are_balanced_and_complete(written, shards):
+    from petastorm import make_batch_reader
+
+    url, info = written
+    per_group = -(-ROWS // info["row_groups"])
+    seen, counts = [], []
+    for shard in range(shards):
+        ids, features = [], []
+        with make_batch_reader(url, reader_pool_type="dummy", num_epochs=1, cur_shard=shard,
+                               shard_count=shards) as reader:
+            for batch in reader:
+                assert set(batch._fields) == {"features", "label"}
+                assert np.array_equal(batch.label, (batch.features[:, 0] * 2).astype(np.int64) % 3)
+                ids.append((batch.features[:, 0] * 2).astype(np.int64))
+                features.append(batch.features)
+        ids, features = np.concatenate(ids), np.concatenate(features)
+        assert features.dtype == np.float32 and features.shape == (len(ids), DIMS)
+        assert np.array_equal(features, _expected_features(ids))
+        counts.append(len(ids))
+        seen += ids.tolist()
+    assert sorted(seen) == list(range(ROWS))
+    assert max(counts) - min(counts) <= per_group
+
+
+def test_large_split_from_many_partitions_keeps_row_groups_equal(spark, tmp_path):
+    """Above the small-split size the write shuffles round-robin from every input partition."""
+    from pyspark.sql import functions as F
+
+    rows = 150_001
+    df = spark.range(0, rows, 1, numPartitions=5).select(F.col("id").alias("_row_id"), (F.col("id") % 2).alias("label"))
+    url = "file://" + str(tmp_path / "large")
+    info = write_split(spark, df, url, rows, shapes={}, row_group_mb=0.1, file_mb=0.4, max_shards=6)
+    sizes = []
+    for name in info["files"]:
+        meta = pq.read_metadata(str(tmp_path / "large" / name))
+        sizes += [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    assert len(sizes) == info["row_groups"] and len(sizes) % 6 == 0 and len(info["files"]) < len(sizes)
+    assert sum(sizes) == rows
+    # Each shard (every 6th group) gets the same rows within one group's worth of rows.
+    shard_rows = [sum(sizes[s::6]) for s in range(6)]
+    assert max(shard_rows) - min(shard_rows) <= max(sizes)
+    assert max(sizes) - min(sizes) <= 5 + len(sizes) // len(info["files"])
+
+
+def test_binary_and_string_columns_round_trip_through_make_reader(spark, tmp_path):
+    """Encoded images (or any bytes) and text stay plain Parquet columns that petastorm returns as is."""
+    from petastorm import make_reader
+    from PIL import Image
+    from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
+
+    images = [np.full((4, 6, 3), 10 * i, dtype=np.uint8) for i in range(8)]
+
+    def png(pixels):
+        buffer = io.BytesIO()
+        Image.fromarray(pixels).save(buffer, format="PNG")
+        return bytearray(buffer.getvalue())
+
+    schema = StructType([StructField("index", LongType(), False), StructField("name", StringType()),
+                         StructField("image", BinaryType(), False)])
+    df = spark.createDataFrame([(i, f"img{i}", png(img)) for i, img in enumerate(images)], schema)
+    url = "file://" + str(tmp_path / "images")
+    write_split(spark, df, url, 8, shapes={}, row_group_mb=4.0, file_mb=64.0, max_shards=2)
+    with make_reader(url, reader_pool_type="dummy", num_epochs=1) as reader:
+        rows = list(reader)
+    assert sorted(int(r.index) for r in rows) == list(range(8))
+    for r in rows:
+        assert r.name == f"img{r.index}"
+        assert np.array_equal(np.asarray(Image.open(io.BytesIO(r.image))), images[r.index])
