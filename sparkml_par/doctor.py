@@ -22,7 +22,7 @@ HOROVOD_FIX = ("run `make setup`, which builds Horovod with scripts/build_horovo
 
 # Version prefix each package needs and why: what is checked when no constraints.txt is at hand.
 EXPECTED: dict[str, tuple[str, str]] = {
-    "pyspark": ("4.1", "the pipeline is built and tested on Spark 4.1"),
+    "pyspark": ("4.0", "the pipeline is built and tested on Spark 4.0 (4.1 needs pyarrow 15, which petastorm 0.12 cannot use)"),
     "torch": ("2", "the models and Horovod's torch bindings are built for torch 2"),
     "horovod": ("0.28", "the launcher is written against Horovod 0.28's Gloo rendezvous"),
     "petastorm": ("0.12", "0.13 pins setuptools<70, which conflicts with torch's setuptools>=77"),
@@ -114,7 +114,7 @@ def check_java(environ: Mapping[str, str] = os.environ) -> CheckResult:
                            "reinstall Java 17 or fix JAVA_HOME")
     version = re.search(r'version "([^"]+)"', output).group(1)
     if major < 17:
-        return CheckResult("Java", False, f"{version} ({java}); Spark 4.1 needs Java 17 or newer",
+        return CheckResult("Java", False, f"{version} ({java}); Spark 4 needs Java 17 or newer",
                            "install Java 17 and set JAVA_HOME to it")
     return CheckResult("Java", True, f"{version} ({java})")
 
