@@ -40,6 +40,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
 
 
+def run_job(command: str, argv: Optional[Sequence[str]] = None) -> int:
+    """Entry of the spark-submit scripts in jobs/: `--config CONF [overrides]` runs `command` like the CLI."""
+    parser = argparse.ArgumentParser(prog=f"jobs/{command}.py", description=COMMANDS[command][1])
+    parser.add_argument("--config", required=True, metavar="CONF", help="YAML config file, e.g. conf/quickstart.yaml")
+    parser.add_argument("overrides", metavar="section.key=value", nargs="*", help=_OVERRIDES_HELP)
+    args = parser.parse_args(argv)
+    return main([command, args.config, *args.overrides])
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sparkml-par",
