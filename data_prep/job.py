@@ -96,8 +96,7 @@ def _build(spark, cfg: DataConfig, ing: Ingested, fingerprint: str, staging: str
                 continue
             part = featurized.where(F.col(SPLIT) == name).select(ROW_ID, featurize.FEATURES, cfg.label)
             info = write_split(spark, part, f"{staging}/{name}", rows, shapes={featurize.FEATURES: (size,)},
-                               row_group_mb=cfg.row_group_size_mb, file_mb=cfg.file_size_mb,
-                               max_shards=cfg.max_shards, split=name)
+                               row_group_mb=cfg.row_group_size_mb, max_shards=cfg.max_shards, split=name)
             splits[name] = {"path": name, **info}
             stage.done(f"write {name}", rows)
     finally:

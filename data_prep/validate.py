@@ -139,19 +139,20 @@ def _check_label_type(df, cfg: DataConfig) -> None:
 
 
 def _check_label_values(cfg: DataConfig, reasons: dict[str, int], rows_in: int) -> None:
-    """A label column whose every value fails the same type check is a wrong column, not bad rows."""
+    """A label column that mostly fails the same type check is the wrong column, not a few bad rows."""
     readable = rows_in - sum(n for r, n in reasons.items() if r in ("malformed_row", "undecodable_image",
                                                                     f"null:{cfg.label}"))
-    if readable == 0:
-        return
-    if reasons.get(f"unparseable:{cfg.label}", 0) == readable:
+    text = reasons.get(f"unparseable:{cfg.label}", 0)
+    if readable and text > readable / 2:
         raise SparkmlParError(
-            f"data.label: column {cfg.label!r} holds text, not numbers (none of {readable} values parse); a "
-            f"{cfg.task} label must be numeric; choose another data.label or map the classes to 0..K-1")
-    if reasons.get(f"not_integer:{cfg.label}", 0) == readable:
+            f"data.label: column {cfg.label!r} holds text, not numbers ({text} of {readable} values do not "
+            f"parse); a {cfg.task} label must be numeric; choose another data.label or map the classes to 0..K-1")
+    fractional = reasons.get(f"not_integer:{cfg.label}", 0)
+    if readable and fractional > readable / 2:
         raise SparkmlParError(
-            f"data.label: column {cfg.label!r} holds fractional numbers, but data.task=classification needs "
-            f"integer class ids; set data.task=regression or choose another data.label")
+            f"data.label: column {cfg.label!r} holds fractional numbers ({fractional} of {readable} values), but "
+            f"data.task=classification needs integer class ids; set data.task=regression or choose another "
+            f"data.label")
 
 
 def _as_double(df, name: str):

@@ -7,7 +7,8 @@ was measured at about a tenth of a plain Parquet write, so no column goes throug
 Row-group layout: petastorm hands row group i (in file-path order) to shard i % shard_count. So each
 split gets a row-group count that is a multiple of data.max_shards, with near-equal rows per group:
 a round-robin repartition gives every file the same row count (within the number of input partitions),
-and Parquet's row-count limit cuts each file into the same number of row groups.
+and each file is one row group. Parquet 1.15 (Spark 4.0) has no row-count limit for row groups, and
+its size-based cut is approximate, so one group per file is the only exact layout Spark can write.
 """
 
 from __future__ import annotations
@@ -32,17 +33,16 @@ _SMALL_SPLIT_ROWS = 100_000
 
 @dataclass(frozen=True)
 class Layout:
-    """How one split is cut: files x row groups per file, each row group at most row_limit rows."""
+    """How one split is cut: row_groups files of one row group each, at most row_limit rows per file."""
 
     row_groups: int
-    files: int
     row_limit: int
     single_input: bool
 
 
-def plan_layout(rows: int, row_bytes: int, row_group_mb: float, file_mb: float, max_shards: int,
-                input_partitions: int, split: str = "split") -> Layout:
-    """A row-group count that is a multiple of max_shards, as close to the size targets as allowed."""
+def plan_layout(rows: int, row_bytes: int, row_group_mb: float, max_shards: int, input_partitions: int,
+                split: str = "split") -> Layout:
+    """A row-group count that is a multiple of max_shards, as close to the size target as allowed."""
     if rows < max_shards:
         raise SparkmlParError(
             f"the {split} split has {rows} rows, fewer than data.max_shards={max_shards} (every shard needs at "
@@ -50,32 +50,11 @@ def plan_layout(rows: int, row_bytes: int, row_group_mb: float, file_mb: float, 
     target_rows = max(1, int(row_group_mb * MIB // max(row_bytes, 1)))
     per_shard = max(1, math.ceil(rows / (target_rows * max_shards)))
     row_groups = max_shards * min(per_shard, rows // max_shards)
-    single_input = rows <= _SMALL_SPLIT_ROWS or input_partitions <= 1
+    # Each input partition deals its rows to the files in turn, so files differ by at most one row per
+    # input partition; small splits are first gathered into one partition, which makes them differ by one.
+    single_input = rows <= _SMALL_SPLIT_ROWS or input_partitions <= 1 or rows // row_groups <= 2 * input_partitions
     spread = 1 if single_input else input_partitions
-    wanted = max(1, int(file_mb // row_group_mb))
-    for per_file in range(min(wanted, row_groups), 0, -1):
-        if row_groups % per_file:
-            continue
-        files = row_groups // per_file
-        low, high = _file_rows_bounds(rows, files, spread)
-        limit = math.ceil(high / per_file)
-        # Every file must end up with exactly per_file groups: more than (per_file - 1) full ones.
-        if low >= 1 and low > (per_file - 1) * limit:
-            return Layout(row_groups=row_groups, files=files, row_limit=limit, single_input=single_input)
-    if not single_input:
-        return plan_layout(rows, row_bytes, row_group_mb, file_mb, max_shards, 1, split)
-    raise SparkmlParError(f"cannot lay out {rows} rows in {row_groups} row groups")  # unreachable: 1 group per file
-
-
-def _file_rows_bounds(rows: int, files: int, spread: int) -> tuple[int, int]:
-    """Fewest and most rows a file gets from a round-robin repartition of `spread` input partitions.
-
-    Each input partition deals its rows to the files in turn, so it gives each file floor or ceil of
-    its share: files differ by at most one row per input partition.
-    """
-    if spread == 1:
-        return rows // files, -(-rows // files)
-    return math.ceil(rows / files - spread), math.floor(rows / files + spread)
+    return Layout(row_groups=row_groups, row_limit=-(-rows // row_groups) + spread - 1, single_input=single_input)
 
 
 def estimate_row_bytes(schema, shapes: dict[str, tuple[int, ...]]) -> int:
@@ -162,22 +141,23 @@ def _round_robin_without_sort(spark):
 
 
 def write_split(spark, df, url: str, rows: int, *, shapes: dict[str, tuple[int, ...]], row_group_mb: float,
-                file_mb: float, max_shards: int, split: str = "split") -> dict[str, Any]:
+                max_shards: int, split: str = "split") -> dict[str, Any]:
     """Writes df (rows known) as a petastorm dataset at url; returns rows, row groups and rows per file."""
     from petastorm.etl.dataset_metadata import materialize_dataset
 
     partitions = df.rdd.getNumPartitions()
     row_bytes = estimate_row_bytes(df.schema, shapes)
-    layout = plan_layout(rows, row_bytes, row_group_mb, file_mb, max_shards, partitions, split)
+    layout = plan_layout(rows, row_bytes, row_group_mb, max_shards, partitions, split)
     schema = unischema_from_spark(f"sparkml_par_{split}", df.schema, shapes)
-    log.info("%s: %d rows -> %d files x %d row groups (<= %d rows each)", split, rows, layout.files,
-             layout.row_groups // layout.files, layout.row_limit)
-    source = df.coalesce(1) if layout.single_input else df
-    block_bytes = max(64 * MIB, 8 * layout.row_limit * row_bytes)
+    log.info("%s: %d rows -> %d files of one row group (<= %d rows each)", split, rows, layout.row_groups,
+             layout.row_limit)
+    # The checkpoint keeps the one partition: the optimizer would fold coalesce(1) into the repartition.
+    source = df.coalesce(1).localCheckpoint(eager=True) if layout.single_input else df
+    # Far above one file's size, so that Parquet never cuts a second row group into a file.
+    block_bytes = max(256 * MIB, 8 * layout.row_limit * row_bytes)
     with materialize_dataset(spark, url, schema), _round_robin_without_sort(spark):
-        (source.repartition(layout.files).write
+        (source.repartition(layout.row_groups).write
          .option("parquet.block.size", str(block_bytes))
-         .option("parquet.block.row.count.limit", str(layout.row_limit))
          .parquet(url))
     files = read_file_counts(spark, url)
     written = sum(groups for _, groups in files.values())

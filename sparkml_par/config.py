@@ -101,8 +101,8 @@ class DataConfig:
     dedupe: bool = _field(False, "Drop exact duplicate rows (they are counted in the profile either way).")
     featurize: FeaturizeConfig = _field(FeaturizeConfig, "Spark ML feature pipeline, fitted on the train split.")
     split: SplitConfig = _field(SplitConfig, "Deterministic train/validation/test split.")
-    row_group_size_mb: float = _field(4.0, "Target Parquet row-group size.", minimum=0.01)
-    file_size_mb: float = _field(64.0, "Target Parquet file size; a file holds whole row groups.", minimum=0.01)
+    row_group_size_mb: float = _field(4.0, "Target Parquet row-group size (each file holds one row group).",
+                                      minimum=0.01)
     max_shards: int = _field(8, "Largest rank count the dataset is laid out for; any divisor gets equal shares.",
                              minimum=1)
     output: str = _field("runs/dataset", "Dataset directory (any URL Spark and pyarrow read).")

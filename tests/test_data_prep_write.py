@@ -17,32 +17,29 @@ ROWS, DIMS = 1000, 5
 @pytest.mark.parametrize("rows, row_bytes, max_shards, partitions", [
     (1797, 300, 8, 2),          # digits-sized: the count rule wins over the 4 MB target
     (2_000_000, 140, 8, 2),     # benchmark-sized: ~30k rows per 4 MB group
-    (2_000_001, 140, 6, 200),   # many input partitions, a prime-ish row count
+    (2_000_001, 140, 6, 200),   # many input partitions, an odd row count
     (9, 36, 8, 1),              # barely enough rows
 ])
 def test_layout_row_groups_are_a_multiple_of_max_shards_with_near_equal_rows(rows, row_bytes, max_shards,
                                                                              partitions):
-    layout = plan_layout(rows, row_bytes, 4.0, 64.0, max_shards, partitions)
-    assert layout.row_groups % max_shards == 0
-    assert layout.row_groups % layout.files == 0
-    per_file = layout.row_groups // layout.files
+    layout = plan_layout(rows, row_bytes, 4.0, max_shards, partitions)
+    assert layout.row_groups % max_shards == 0 and layout.row_groups <= rows
     assert layout.row_limit * layout.row_groups >= rows
-    # Near-equal: no group may be smaller than a full one minus the slack of one file's imbalance.
-    assert layout.row_limit <= -(-rows // layout.row_groups) + (1 if layout.single_input else partitions)
-    assert per_file <= 16
+    spread = 1 if layout.single_input else partitions
+    assert layout.row_limit <= -(-rows // layout.row_groups) + spread
 
 
 def test_layout_keeps_row_groups_near_the_size_target():
-    layout = plan_layout(2_000_000, 140, 4.0, 64.0, 8, 2)
+    layout = plan_layout(2_000_000, 140, 4.0, 8, 2)
     rows_per_group = 2_000_000 / layout.row_groups
+    assert not layout.single_input
     assert 0.5 * 4 * 2**20 <= rows_per_group * 140 <= 4 * 2**20
-    assert layout.files < layout.row_groups  # several row groups per file, not one file per group
 
 
 def test_layout_refuses_fewer_rows_than_shards():
     with pytest.raises(SparkmlParError, match=r"the test split has 5 rows, fewer than data.max_shards=8 .* "
                                               r"lower data.max_shards"):
-        plan_layout(5, 36, 4.0, 64.0, 8, 1, split="test")
+        plan_layout(5, 36, 4.0, 8, 1, split="test")
 
 
 def _expected_features(ids: np.ndarray) -> np.ndarray:
@@ -59,23 +56,21 @@ def written(spark, tmp_path_factory):
                   F.expr(f"transform(sequence(0, {DIMS - 1}), j -> CAST(id * 0.5 + j AS float))").alias("features"),
                   (F.col("id") % 3).alias("label")))
     url = "file://" + str(tmp_path_factory.mktemp("write") / "train")
-    info = write_split(spark, df, url, ROWS, shapes={"features": (DIMS,)}, row_group_mb=0.001, file_mb=0.004,
-                       max_shards=4, split="train")
+    info = write_split(spark, df, url, ROWS, shapes={"features": (DIMS,)}, row_group_mb=0.001, max_shards=4,
+                       split="train")
     return url, info
 
 
 def test_layout_on_disk_matches_the_manifest_entry(written):
     url, info = written
     path = url[len("file://"):]
-    groups = 0
+    sizes = []
     for name, rows in info["files"].items():
         meta = pq.read_metadata(f"{path}/{name}")
-        assert meta.num_rows == rows
-        groups += meta.num_row_groups
-        sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
-        assert max(sizes) - min(sizes) <= 1
-    assert groups == info["row_groups"] and groups % 4 == 0 and groups > 4
-    assert len(info["files"]) > 1 and sum(info["files"].values()) == ROWS
+        assert meta.num_rows == rows and meta.num_row_groups == 1
+        sizes.append(rows)
+    assert len(sizes) == info["row_groups"] and len(sizes) % 4 == 0 and len(sizes) > 4
+    assert sum(sizes) == ROWS and max(sizes) - min(sizes) <= 1
 
 
 def test_reads_back_identically_through_pyarrow_and_spark(spark, written):
@@ -150,17 +145,18 @@ def test_large_split_from_many_partitions_keeps_row_groups_equal(spark, tmp_path
     rows = 150_001
     df = spark.range(0, rows, 1, numPartitions=5).select(F.col("id").alias("_row_id"), (F.col("id") % 2).alias("label"))
     url = "file://" + str(tmp_path / "large")
-    info = write_split(spark, df, url, rows, shapes={}, row_group_mb=0.1, file_mb=0.4, max_shards=6)
+    info = write_split(spark, df, url, rows, shapes={}, row_group_mb=0.1, max_shards=6)
     sizes = []
-    for name in info["files"]:
+    for name in sorted(info["files"]):
         meta = pq.read_metadata(str(tmp_path / "large" / name))
-        sizes += [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
-    assert len(sizes) == info["row_groups"] and len(sizes) % 6 == 0 and len(info["files"]) < len(sizes)
+        assert meta.num_row_groups == 1
+        sizes.append(meta.num_rows)
+    assert len(sizes) == info["row_groups"] and len(sizes) % 6 == 0 and len(sizes) > 6
     assert sum(sizes) == rows
-    # Each shard (every 6th group) gets the same rows within one group's worth of rows.
+    # Files differ by at most one row per input partition, so shards (every 6th group) are balanced too.
+    assert max(sizes) - min(sizes) <= 5
     shard_rows = [sum(sizes[s::6]) for s in range(6)]
-    assert max(shard_rows) - min(shard_rows) <= max(sizes)
-    assert max(sizes) - min(sizes) <= 5 + len(sizes) // len(info["files"])
+    assert max(shard_rows) - min(shard_rows) <= 5 * len(sizes) // 6
 
 
 def test_binary_and_string_columns_round_trip_through_make_reader(spark, tmp_path):
@@ -180,7 +176,7 @@ def test_binary_and_string_columns_round_trip_through_make_reader(spark, tmp_pat
                          StructField("image", BinaryType(), False)])
     df = spark.createDataFrame([(i, f"img{i}", png(img)) for i, img in enumerate(images)], schema)
     url = "file://" + str(tmp_path / "images")
-    write_split(spark, df, url, 8, shapes={}, row_group_mb=4.0, file_mb=64.0, max_shards=2)
+    write_split(spark, df, url, 8, shapes={}, row_group_mb=4.0, max_shards=2)
     with make_reader(url, reader_pool_type="dummy", num_epochs=1) as reader:
         rows = list(reader)
     assert sorted(int(r.index) for r in rows) == list(range(8))

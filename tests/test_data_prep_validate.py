@@ -1,0 +1,158 @@
+"""Validation and quarantine on real files, and every bad-input error with its message."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from data_prep.job import prepare
+from sparkml_par.config import ColumnSpec, DataConfig, SplitConfig
+from sparkml_par.errors import SparkmlParError
+
+HEADER = "sepal_length,sepal_width,color,species"
+GOOD = [f"{4 + (i % 10) * 0.3:.1f},{2 + (i % 7) * 0.2:.1f},{['red', 'blue', 'green'][i % 3]},{i % 3}"
+        for i in range(40)]
+# raw line -> the one reason it must be quarantined for
+BAD = {
+    "abc,3.0,red,1": "unparseable:sepal_length",
+    "5.0,3.0,red,": "null:species",
+    "5.0,NaN,red,1": "nan_or_inf:sepal_width",
+    "5.0,Infinity,blue,2": "nan_or_inf:sepal_width",
+    "5.0,3.0,purple,1": "unknown_category:color",
+    "99.0,3.0,red,1": "out_of_range:sepal_length",
+    "5.0,3.0,red,1.5": "not_integer:species",
+    "5.0,3.0,red,-1": "out_of_range:species",
+    "5.0,3.0,red,1,extra": "malformed_row",
+    "5.0,3.0": "malformed_row",
+}
+FEATURES = [ColumnSpec(name="sepal_length", type="float", min=0.0, max=10.0),
+            ColumnSpec(name="sepal_width", type="float"),
+            ColumnSpec(name="color", type="string", categories=["red", "blue", "green"])]
+
+
+def _csv(path, lines):
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def _config(tmp_path, path, **overrides) -> DataConfig:
+    settings = dict(source="csv", path=path, label="species", features=list(FEATURES), max_shards=2,
+                    max_reject_fraction=0.5, output=str(tmp_path / "dataset"), split=SplitConfig(seed=1))
+    settings.update(overrides)
+    return DataConfig(**settings)
+
+
+def test_known_bad_rows_are_exactly_the_quarantine_with_their_reasons(spark, tmp_path):
+    lines = [HEADER] + GOOD[:20] + list(BAD) + GOOD[20:]
+    cfg = _config(tmp_path, _csv(tmp_path / "iris.csv", lines))
+    result = prepare(spark, cfg)
+
+    quarantine = spark.read.parquet(f"{result.output}/quarantine")
+    assert set(quarantine.columns) >= {"sepal_length", "sepal_width", "color", "species", "_reject_reason",
+                                       "_raw_record"}
+    got = {}
+    for row in quarantine.collect():
+        raw = row["_raw_record"] or ",".join("" if row[c] is None else row[c]
+                                             for c in ("sepal_length", "sepal_width", "color", "species"))
+        got[raw.rstrip(",") if row["_raw_record"] is None else raw] = row["_reject_reason"]
+    expected = {line.rstrip(","): reason for line, reason in BAD.items()}
+    assert got == expected
+
+    m = result.manifest
+    reasons = {}
+    for reason in BAD.values():
+        reasons[reason] = reasons.get(reason, 0) + 1
+    assert m["quarantine"] == {"path": "quarantine", "rows": len(BAD), "reasons": dict(sorted(reasons.items()))}
+    assert m["rows_in"] == len(GOOD) + len(BAD) and m["rows_clean"] == len(GOOD)
+    assert sum(s["rows"] for s in m["splits"].values()) == len(GOOD)
+    assert m["num_classes"] == 3 and m["raw_feature_columns"] == ["sepal_length", "sepal_width", "color"]
+
+
+def test_too_many_bad_rows_fail_the_job_and_keep_the_rejects(spark, tmp_path):
+    lines = [HEADER] + GOOD[:10] + list(BAD)
+    cfg = _config(tmp_path, _csv(tmp_path / "bad.csv", lines), max_reject_fraction=0.1)
+    with pytest.raises(SparkmlParError, match=r"10 of 20 rows \(50.0%\) failed validation, more than "
+                                              r"data.max_reject_fraction=0.1 allows \(malformed_row: 2, "):
+        prepare(spark, cfg)
+    assert not (tmp_path / "dataset").exists()
+    assert spark.read.parquet(str(tmp_path / "dataset.rejected")).count() == len(BAD)
+    assert not list(tmp_path.glob("dataset.tmp-*"))
+
+
+def test_missing_path(spark, tmp_path):
+    cfg = _config(tmp_path, str(tmp_path / "nope.csv"))
+    with pytest.raises(SparkmlParError, match=r"data.path '.*nope.csv' does not exist .*check the path"):
+        prepare(spark, cfg)
+
+
+def test_empty_file(spark, tmp_path):
+    (tmp_path / "empty.csv").write_text("")
+    cfg = _config(tmp_path, str(tmp_path / "empty.csv"))
+    with pytest.raises(SparkmlParError, match=r"data.path '.*empty.csv' has no columns \(is the csv input empty\?\)"):
+        prepare(spark, cfg)
+
+
+def test_header_only_file_has_no_rows(spark, tmp_path):
+    cfg = _config(tmp_path, _csv(tmp_path / "header.csv", [HEADER]))
+    with pytest.raises(SparkmlParError, match=r"data.path '.*header.csv' has no rows \(csv input is empty\)"):
+        prepare(spark, cfg)
+
+
+def test_empty_directory(spark, tmp_path):
+    (tmp_path / "in").mkdir()
+    cfg = _config(tmp_path, str(tmp_path / "in"))
+    with pytest.raises(SparkmlParError, match=r"data.path '.*in' holds no files; the input is empty"):
+        prepare(spark, cfg)
+
+
+def test_misspelled_feature_column_suggests_the_closest(spark, tmp_path):
+    features = [ColumnSpec(name="sepal_lenght", type="float")] + FEATURES[1:]
+    cfg = _config(tmp_path, _csv(tmp_path / "iris.csv", [HEADER] + GOOD), features=features)
+    with pytest.raises(SparkmlParError, match=r"data.features\[0\].name: column 'sepal_lenght' is not in the input; "
+                                              r"did you mean 'sepal_length'\?"):
+        prepare(spark, cfg)
+
+
+def test_misspelled_label_suggests_the_closest(spark, tmp_path):
+    cfg = _config(tmp_path, _csv(tmp_path / "iris.csv", [HEADER] + GOOD), label="Species")
+    with pytest.raises(SparkmlParError, match=r"data.label: column 'Species' is not in the input; "
+                                              r"did you mean 'species'\?"):
+        prepare(spark, cfg)
+
+
+def test_text_label_is_the_wrong_type(spark, tmp_path):
+    cfg = _config(tmp_path, _csv(tmp_path / "iris.csv", [HEADER] + GOOD), label="color", features=FEATURES[:2])
+    with pytest.raises(SparkmlParError, match=r"data.label: column 'color' holds text, not numbers \(40 of 40 "
+                                              r"values do not parse\)"):
+        prepare(spark, cfg)
+
+
+def test_fractional_label_for_classification_suggests_regression(spark, tmp_path):
+    cfg = _config(tmp_path, _csv(tmp_path / "iris.csv", [HEADER] + GOOD), label="sepal_width",
+                  features=[FEATURES[0]])
+    with pytest.raises(SparkmlParError, match=r"column 'sepal_width' holds fractional numbers \(29 of 40 values\), "
+                                              r"but data.task=classification needs integer class ids; "
+                                              r"set data.task=regression"):
+        prepare(spark, cfg)
+
+
+def test_label_of_a_nested_type_is_refused(spark, tmp_path):
+    rows = [{"x": float(i), "y": [i, i]} for i in range(10)]
+    (tmp_path / "rows.json").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    cfg = _config(tmp_path, str(tmp_path / "rows.json"), source="json", label="y",
+                  features=[ColumnSpec(name="x", type="float")])
+    with pytest.raises(SparkmlParError, match=r"data.label: column 'y' has type array<bigint>, but a classification "
+                                              r"label must be a number"):
+        prepare(spark, cfg)
+
+
+def test_json_lines_malformed_lines_are_quarantined(spark, tmp_path):
+    lines = [json.dumps({"x": float(i), "y": i % 2}) for i in range(100)] + ['{"x": 1.0, "y": ', "not json"]
+    (tmp_path / "rows.json").write_text("\n".join(lines) + "\n")
+    cfg = _config(tmp_path, str(tmp_path / "rows.json"), source="json", label="y",
+                  features=[ColumnSpec(name="x", type="float")])
+    result = prepare(spark, cfg)
+    assert result.manifest["quarantine"]["reasons"] == {"malformed_row": 2}
+    raw = sorted(r["_raw_record"] for r in spark.read.parquet(f"{result.output}/quarantine").collect())
+    assert raw == ["not json", '{"x": 1.0, "y": ']
