@@ -1,0 +1,144 @@
+"""Driver side of a search: check the request, run the trials, write the table, best config and plot.
+
+    sparkml-par tune conf/tune.yaml [section.key=value ...]
+
+Running it again with the same tune.output continues the study (see `study.py`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sparkml_par.config import Config
+from sparkml_par.errors import SparkmlParError
+from sparkml_par.tune import report
+from sparkml_par.tune.scheduler import run_search
+from sparkml_par.tune.space import SearchSpace, check_space_fits
+from sparkml_par.tune.study import Search
+from sparkml_par.tune.trials import SparkTrials, check_metric
+
+log = logging.getLogger("sparkml_par.tune")
+
+
+@dataclass
+class TuneResult:
+    trials: list[dict[str, Any]]     # every trial of the study, as in trials.json
+    best: dict[str, Any] | None      # the best trial's row; None when no trial completed
+    best_config: str | None          # best.yaml, ready for `sparkml-par train`
+    table_csv: str
+    table_json: str
+    plot: str
+    ran: int                         # trials this call ran (a resumed study holds more)
+    retrained: Any = None            # sparkml_par.train.job.TrainResult when tune.retrain
+    seconds: float = 0.0
+
+
+def output_dir(url: str) -> Path:
+    """The study, the table and every trial's files live in a local or mounted directory."""
+    if "://" in url and not url.startswith("file://"):
+        raise SparkmlParError(f"tune.output {url!r} must be a local or mounted directory (file:// or a path) "
+                              f"shared by the driver and the executors: the study is a sqlite file and each "
+                              f"trial writes its checkpoints there")
+    return Path(url.removeprefix("file://")).absolute()
+
+
+def tune(spark, cfg: Config) -> TuneResult:
+    """Runs the search cfg.tune describes on the dataset at cfg.data.output."""
+    from data_prep.manifest import qualify_url, read_manifest
+
+    started = time.monotonic()
+    space = SearchSpace.from_config(cfg.tune.space)
+    check_space_fits(cfg, space)
+    dataset_url = qualify_url(cfg.data.output)
+    manifest = read_manifest(spark, dataset_url)
+    if manifest is None:
+        raise SparkmlParError(f"no dataset at data.output={cfg.data.output!r} (no _manifest.json); "
+                              f"run `sparkml-par prepare` with the same config first")
+    check_metric(cfg.tune.metric, manifest["task"])
+    _warn_if_parallelism_exceeds_slots(spark, cfg.tune.parallelism)
+
+    out = output_dir(cfg.tune.output)
+    search = Search.open(cfg.tune, space, out)
+    already = len(search.finished_trials())
+    log.info("%s search of %s: %d of %d trials done, %d at a time, %s %s", cfg.tune.method,
+             ", ".join(space.params), already, search.budget, cfg.tune.parallelism, cfg.tune.direction,
+             cfg.tune.metric)
+    evaluate = SparkTrials(spark, cfg, manifest, dataset_url, out / "trials")
+
+    def write_reports(_frozen=None) -> None:
+        _write_reports(search, cfg, out)
+
+    ran = run_search(search, evaluate, cfg.tune.parallelism, on_finished=write_reports)
+    rows, best_row, best_path = _write_reports(search, cfg, out)
+    result = TuneResult(trials=rows, best=best_row, best_config=str(best_path) if best_path else None,
+                        table_csv=str(out / "trials.csv"), table_json=str(out / "trials.json"),
+                        plot=str(out / "scores.png"), ran=ran)
+    if best_row is None:
+        errors = [r["error"] for r in rows if r["error"]]
+        raise SparkmlParError(f"no trial of the search completed ({len(rows)} trials, see {result.table_csv}); "
+                              f"the first error: {errors[0] if errors else 'none recorded'}")
+    if cfg.tune.retrain:
+        result.retrained = _retrain(spark, Path(best_path))
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _write_reports(search: Search, cfg: Config, out: Path):
+    rows = report.trial_rows(search.study, search.space)
+    report.write_table(rows, out)
+    report.plot_scores(rows, cfg.tune.metric, cfg.tune.direction, out / "scores.png")
+    best = report.best_trial(search.study)
+    if best is None:
+        return rows, None, None
+    path = out / "best.yaml"
+    report.write_best_config(cfg, best, search.space, cfg.tune.metric, path)
+    return rows, rows[best.number], path
+
+
+def _retrain(spark, best_path: Path):
+    from sparkml_par.config import load_config
+    from sparkml_par.train.job import train
+
+    best_cfg = load_config(best_path)
+    log.info("retraining the best config with %d ranks into %s", best_cfg.train.num_proc, best_cfg.train.output)
+    return train(spark, best_cfg)
+
+
+def _warn_if_parallelism_exceeds_slots(spark, parallelism: int) -> None:
+    from sparkml_par.launch.slots import concurrent_task_slots, describe_slots
+
+    slots = concurrent_task_slots(spark.sparkContext)
+    if 0 < slots < parallelism:
+        log.warning("tune.parallelism=%d but the cluster has %s: at most %d trials run at once, the others wait",
+                    parallelism, describe_slots(spark.sparkContext, slots), slots)
+
+
+def summary(result: TuneResult, metric: str) -> str:
+    counts: dict[str, int] = {}
+    for row in result.trials:
+        counts[row["status"]] = counts.get(row["status"], 0) + 1
+    lines = [f"{len(result.trials)} trials ({', '.join(f'{n} {s}' for s, n in counts.items())}), "
+             f"{result.ran} run now, {result.seconds:.1f} s"]
+    if result.best is not None:
+        params = " ".join(f"{k}={v}" for k, v in result.best["params"].items())
+        lines += [f"  best          trial {result.best['number']}: {metric}={result.best['score']:.4f}",
+                  f"  params        {params}",
+                  f"  best config   {result.best_config}"]
+    lines += [f"  table         {result.table_csv}", f"  plot          {result.plot}"]
+    if result.retrained is not None:
+        lines.append(f"  retrained     {result.retrained.artifact}")
+    return "\n".join(lines)
+
+
+def run(cfg: Config) -> int:
+    """Entry point of `sparkml-par tune`."""
+    from sparkml_par.session import spark_session
+
+    with spark_session(cfg.spark) as spark:
+        result = tune(spark, cfg)
+    print(summary(result, cfg.tune.metric))
+    return 0
