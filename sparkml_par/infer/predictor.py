@@ -1,0 +1,95 @@
+"""The model of an artifact as a function from a feature matrix to predictions, in one process.
+
+The Spark UDF and the in-process baseline call the same `Predictor`, so they compute the same
+thing; each Python worker keeps one per (artifact, device) in a module-level cache, because
+loading weights for every batch (or every task) would cost more than scoring.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from typing import Any
+
+import numpy as np
+import torch
+
+from sparkml_par.train.artifact import WEIGHTS, load_model_artifact
+
+PREDICTION = "prediction"
+PROBABILITIES = "probabilities"
+
+_CACHE: dict[tuple[str, str, int], "Predictor"] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+class Predictor:
+    """An artifact's model on one device: (rows, features) float32 in, a dict of output columns out."""
+
+    def __init__(self, model: torch.nn.Module, description: dict[str, Any], device: str = "cpu"):
+        self.description = description
+        self.task = description["task"]
+        self.input_shape = [int(d) for d in description["spec"]["input_shape"]]
+        self.num_features = input_size(description)
+        self.device = torch.device(device)
+        self.model = model.to(self.device).eval()
+
+    @torch.no_grad()
+    def predict(self, features: np.ndarray) -> dict[str, np.ndarray]:
+        """Classification: class index (int64) and softmax probabilities (float32); regression: the value."""
+        x = torch.as_tensor(np.ascontiguousarray(features, dtype=np.float32), device=self.device)
+        out = self.model(x.reshape([-1] + self.input_shape)).float()
+        if self.task == "classification":
+            probabilities = torch.softmax(out, dim=1)
+            return {PREDICTION: probabilities.argmax(dim=1).cpu().numpy().astype(np.int64),
+                    PROBABILITIES: probabilities.cpu().numpy()}
+        return {PREDICTION: out.reshape(len(out), -1)[:, 0].cpu().numpy()}
+
+    def predict_batches(self, features: np.ndarray, batch_size: int) -> dict[str, np.ndarray]:
+        """All rows of an in-memory matrix, `batch_size` rows per model call, outputs concatenated."""
+        parts = [self.predict(features[start:start + batch_size]) for start in range(0, len(features), batch_size)]
+        return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]} if parts else {}
+
+
+def input_size(description: dict[str, Any]) -> int:
+    """Length of the flat `features` array the model reads (the product of its input shape)."""
+    return math.prod(int(d) for d in description["spec"]["input_shape"])
+
+
+def load_predictor(artifact_dir: str, device: str = "cpu") -> Predictor:
+    model, description = load_model_artifact(artifact_dir)
+    return Predictor(model, description, device)
+
+
+def cached_predictor(artifact_dir: str, device: str) -> Predictor:
+    """The process's predictor of this artifact on this device, loaded on first use.
+
+    Spark reuses Python workers across jobs: the weights file's modification time is part of the key,
+    so an artifact retrained in place is loaded again instead of served stale from the cache.
+    """
+    key = (artifact_dir, device, _weights_mtime(artifact_dir))
+    with _CACHE_LOCK:
+        if key not in _CACHE:
+            _CACHE[key] = load_predictor(artifact_dir, device)
+        return _CACHE[key]
+
+
+def _weights_mtime(artifact_dir: str) -> int:
+    try:
+        return os.stat(os.path.join(artifact_dir.removeprefix("file://"), WEIGHTS)).st_mtime_ns
+    except OSError:
+        return -1  # load_model_artifact says what is missing
+
+
+def task_device() -> str:
+    """The GPU Spark assigned to the current task, any visible GPU outside Spark, else the CPU."""
+    if not torch.cuda.is_available():
+        return "cpu"
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    gpus = context.resources().get("gpu") if context is not None else None
+    if gpus is not None and gpus.addresses:
+        return f"cuda:{gpus.addresses[0]}"
+    return "cuda:0"

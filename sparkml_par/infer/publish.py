@@ -1,0 +1,61 @@
+"""Predictions appear at score.output complete or not at all.
+
+Spark writes the Parquet files into a temporary sibling of the output, `_metrics.json` goes in beside
+them, and the sibling is renamed onto the output (an earlier run's output is moved aside first and
+deleted after). Parquet readers (Spark, pyarrow, pandas) skip `_`-prefixed files, so the metrics
+file travels with the predictions without being read as data. Every file operation goes through
+Hadoop's FileSystem, so any URL Spark writes works.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from data_prep.manifest import HadoopFs, qualify_url
+from sparkml_par.errors import SparkmlParError
+
+METRICS_FILE = "_metrics.json"
+
+
+def output_url(output: str) -> str:
+    return qualify_url(output)
+
+
+def check_output(spark, url: str) -> None:
+    """Refuses to replace anything but an earlier run's predictions (recognised by their metrics file)."""
+    fs = HadoopFs(spark, url)
+    if fs.exists(url) and not fs.exists(f"{url}/{METRICS_FILE}"):
+        raise SparkmlParError(f"score.output {url!r} already exists and holds no predictions (no {METRICS_FILE}); "
+                              f"choose another score.output or remove it")
+
+
+def staging_url(url: str) -> str:
+    return f"{url}.tmp-{uuid.uuid4().hex[:12]}"
+
+
+def write_metrics_file(spark, staging: str, payload: dict[str, Any]) -> None:
+    HadoopFs(spark, staging).write_text(f"{staging}/{METRICS_FILE}", json.dumps(payload, indent=2) + "\n")
+
+
+def publish(spark, staging: str, url: str) -> None:
+    """Renames the finished staging directory onto the output, replacing an earlier run's predictions."""
+    fs = HadoopFs(spark, url)
+    retired = None
+    if fs.exists(url):
+        retired = f"{url}.old-{uuid.uuid4().hex[:12]}"
+        if not fs.rename(url, retired):
+            raise SparkmlParError(f"could not move the earlier predictions {url!r} aside to {retired!r}; check "
+                                  f"permissions on its parent directory")
+    if not fs.rename(staging, url):
+        raise SparkmlParError(f"could not rename {staging!r} to {url!r}; the finished predictions are left at "
+                              f"{staging!r}")
+    if retired is not None:
+        fs.delete(retired)
+
+
+def discard(spark, staging: str) -> None:
+    fs = HadoopFs(spark, staging)
+    if fs.exists(staging):
+        fs.delete(staging)
