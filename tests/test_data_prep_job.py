@@ -1,0 +1,252 @@
+"""The prepare job end to end: digits, a featurized tabular CSV, images, re-runs, publishing and the script."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from data_prep.featurize import apply_feature_pipeline
+from data_prep.job import prepare, summary
+from sparkml_par.config import DataConfig, SplitConfig, SyntheticConfig, load_config
+from sparkml_par.errors import SparkmlParError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def digits(spark, tmp_path_factory):
+    out = tmp_path_factory.mktemp("digits") / "dataset"
+    return prepare(spark, DataConfig(source="digits", output=str(out), max_shards=4))
+
+
+def test_digits_manifest(digits):
+    m = digits.manifest
+    assert not digits.skipped
+    assert m["format_version"] == 1 and m["task"] == "classification" and m["num_classes"] == 10
+    assert m["label_column"] == "label" and m["feature_column"] == "features" and m["feature_shape"] == [1, 8, 8]
+    assert m["feature_pipeline"] is None and m["raw_feature_columns"] == ["features"]
+    assert m["rows_in"] == m["rows_clean"] == 1797 and m["quarantine"] == {"path": "quarantine", "rows": 0,
+                                                                          "reasons": {}}
+    assert set(m["splits"]) == {"train", "validation", "test"} and m["max_shards"] == 4
+    assert sum(s["rows"] for s in m["splits"].values()) == 1797
+    assert 0.75 < m["splits"]["train"]["rows"] / 1797 < 0.85
+    for name, split in m["splits"].items():
+        assert split["path"] == name and split["row_groups"] % 4 == 0
+        assert sum(split["files"].values()) == split["rows"]
+    assert m["profile"] == "profile.json" and len(m["fingerprint"]) == 32 and m["created"].endswith("+00:00")
+
+
+def test_digits_files_on_disk(digits):
+    root = Path(digits.output[len("file://"):])
+    assert sorted(p.name for p in root.iterdir() if not p.name.startswith(".")) == ["_manifest.json", "profile.json", "quarantine", "test",
+                                                     "train", "validation"]
+    assert json.loads((root / "_manifest.json").read_text()) == digits.manifest
+    for name, split in digits.manifest["splits"].items():
+        on_disk = {p.name for p in (root / name).glob("*.parquet")}
+        assert on_disk == set(split["files"])
+    profile = json.loads((root / "profile.json").read_text())
+    assert profile["rows"] == 1797 and profile["duplicates"] == digits.manifest["duplicates"]
+    assert profile["label_distribution"]["0"] == 178 and sum(profile["label_distribution"].values()) == 1797
+    features = profile["columns"]["features"]
+    assert features["min"] == 0.0 and features["max"] == 1.0 and features["elements"] == 1797 * 64
+    assert profile["columns"]["label"]["distinct"] == 10
+
+
+def test_digits_values_and_splits_read_back_through_spark(spark, digits):
+    from pyspark.sql import functions as F
+    from sklearn.datasets import load_digits
+
+    parts = [spark.read.parquet(f"{digits.output}/{name}").withColumn("split", F.lit(name))
+             for name in ("train", "validation", "test")]
+    rows = parts[0].unionByName(parts[1]).unionByName(parts[2])
+    assert rows.count() == 1797 and rows.select("_row_id").distinct().count() == 1797
+    expected = load_digits()
+    sample = {r["_row_id"]: r for r in rows.where(F.col("_row_id") < 20).collect()}
+    for i in range(20):
+        assert sample[i]["label"] == expected.target[i]
+        assert np.allclose(sample[i]["features"], expected.data[i] / 16.0)
+
+
+def test_digits_shards_through_make_reader(digits):
+    from petastorm import make_reader
+
+    url = f"{digits.output}/train"
+    counts = []
+    for shard in range(2):
+        with make_reader(url, reader_pool_type="dummy", num_epochs=1, cur_shard=shard, shard_count=2) as reader:
+            rows = list(reader)
+        counts.append(len(rows))
+        assert rows[0].features.shape == (64,) and rows[0].features.dtype == np.float32
+    assert sum(counts) == digits.manifest["splits"]["train"]["rows"] and abs(counts[0] - counts[1]) <= 2
+
+
+def test_rerun_with_the_same_input_and_config_is_a_no_op(spark, digits):
+    again = prepare(spark, DataConfig(source="digits", output=digits.output, max_shards=4))
+    assert again.skipped and again.manifest == digits.manifest
+    assert "unchanged, nothing to do" in summary(again)
+
+
+def test_output_with_another_fingerprint_is_refused_then_overwritten(spark, tmp_path):
+    out = str(tmp_path / "ds")
+    first = prepare(spark, DataConfig(source="synthetic", synthetic=SyntheticConfig(rows=400, features=4, classes=3),
+                                      output=out, max_shards=2))
+    other = DataConfig(source="synthetic", synthetic=SyntheticConfig(rows=500, features=4, classes=3), output=out,
+                       max_shards=2)
+    with pytest.raises(SparkmlParError, match=r"data.output '.*ds' already holds a dataset built from a different "
+                                              r"config or input .*set data.mode=overwrite"):
+        prepare(spark, other)
+    other.mode = "overwrite"
+    second = prepare(spark, other)
+    assert not second.skipped and second.manifest["fingerprint"] != first.manifest["fingerprint"]
+    assert second.manifest["rows_in"] == 500
+    assert [p.name for p in tmp_path.iterdir()] == ["ds"]
+
+
+def test_output_that_is_not_a_dataset_is_refused(spark, tmp_path):
+    (tmp_path / "ds").mkdir()
+    (tmp_path / "ds" / "notes.txt").write_text("mine")
+    with pytest.raises(SparkmlParError, match=r"already exists and is not a dataset \(no _manifest.json\)"):
+        prepare(spark, DataConfig(source="digits", output=str(tmp_path / "ds")))
+    assert (tmp_path / "ds" / "notes.txt").read_text() == "mine"
+
+
+def test_unwritable_output(spark, tmp_path):
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(SparkmlParError, match=r"cannot write to data.output '.*a_file/ds' .*choose a writable "
+                                              r"data.output"):
+        prepare(spark, DataConfig(source="digits", output=str(tmp_path / "a_file" / "ds")))
+
+
+def test_a_failed_job_leaves_no_dataset_and_no_staging(spark, tmp_path):
+    cfg = DataConfig(source="synthetic", synthetic=SyntheticConfig(rows=60, features=2, classes=2),
+                     output=str(tmp_path / "ds"), max_shards=16)
+    with pytest.raises(SparkmlParError, match=r"split has \d+ rows, fewer than data.max_shards=16"):
+        prepare(spark, cfg)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_synthetic_rows_and_splits_do_not_depend_on_partitioning(spark, tmp_path):
+    def rows(partitions):
+        out = tmp_path / f"p{partitions}"
+        cfg = DataConfig(source="synthetic", output=str(out), max_shards=2,
+                         synthetic=SyntheticConfig(rows=9000, features=3, classes=4, seed=7, partitions=partitions))
+        result = prepare(spark, cfg)
+        got = {}
+        for name in ("train", "validation", "test"):
+            for r in spark.read.parquet(f"{result.output}/{name}").collect():
+                got[r["_row_id"]] = (name, tuple(r["features"]), r["label"])
+        return result.manifest, got
+
+    m1, one = rows(1)
+    m3, three = rows(3)
+    assert one == three and len(one) == 9000
+    assert m1["fingerprint"] == m3["fingerprint"]
+    assert {k: v["rows"] for k, v in m1["splits"].items()} == {k: v["rows"] for k, v in m3["splits"].items()}
+
+
+def _customers_csv(path: Path, n: int = 400) -> None:
+    rng = np.random.default_rng(0)
+    lines = ["customer_id,age,monthly_spend,tenure_months,plan,region,churned"]
+    for i in range(n):
+        spend = "" if i % 25 == 0 else f"{rng.uniform(5, 200):.2f}"  # missing values get imputed
+        plan = ["basic", "plus", "premium"][i % 3]
+        lines.append(f"c{i},{20 + i % 50},{spend},{i % 36},{plan},{['north', 'south'][i % 2]},{int(i % 7 == 0)}")
+    lines.append("c0,20,,0,basic,north,1")  # an exact duplicate of c0: dropped by dedupe
+    lines.append("c9999,17,10.0,3,basic,north,0")  # age below min: quarantined
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture(scope="module")
+def tabular(spark, tmp_path_factory):
+    base = tmp_path_factory.mktemp("tabular")
+    _customers_csv(base / "customers.csv")
+    cfg = load_config(ROOT / "conf" / "tabular.yaml",
+                      [f"data.path={base / 'customers.csv'}", f"data.output={base / 'dataset'}"])
+    return prepare(spark, cfg.data), base
+
+
+def test_tabular_csv_is_validated_deduplicated_and_featurized(tabular):
+    result, base = tabular
+    m = result.manifest
+    assert m["rows_in"] == 402 and m["quarantine"]["reasons"] == {"out_of_range:age": 1}
+    assert m["duplicates"] == 1 and sum(s["rows"] for s in m["splits"].values()) == 400
+    # 3 numbers + one-hot plan and region: their seen categories, plus one for unseen ones ('keep')
+    assert m["feature_shape"] == [3 + 4 + 3] and m["feature_pipeline"] == "feature_pipeline"
+    assert m["raw_feature_columns"] == ["age", "monthly_spend", "tenure_months", "plan", "region"]
+    assert (base / "dataset" / "feature_pipeline" / "metadata").is_dir()
+    profile = json.loads((base / "dataset" / "profile.json").read_text())
+    assert profile["columns"]["monthly_spend"]["nulls"] == 16 and profile["deduplicated"] is True
+
+
+def test_feature_pipeline_was_fitted_on_train_and_scoring_reproduces_the_features(spark, tabular):
+    from pyspark.sql import functions as F
+
+    result, base = tabular
+    train = np.array([r["features"] for r in spark.read.parquet(f"{result.output}/train").collect()])
+    assert np.allclose(train.mean(axis=0), 0.0, atol=1e-5)  # standard-scaled with train statistics
+    raw = spark.read.option("header", "true").csv(str(base / "customers.csv"))
+    raw = raw.withColumn("_row_id", F.xxhash64(*raw.columns))
+    scored = apply_feature_pipeline(raw, str(base / "dataset"))
+    test = spark.read.parquet(f"{result.output}/test").select("_row_id", F.col("features").alias("written"))
+    joined = test.join(scored.select("_row_id", "features"), "_row_id").collect()
+    assert len(joined) == result.manifest["splits"]["test"]["rows"]
+    for row in joined:
+        assert np.allclose(row["written"], row["features"], atol=1e-6)
+
+
+def test_scoring_input_missing_a_raw_column(spark, tabular):
+    result, base = tabular
+    raw = spark.read.option("header", "true").csv(str(base / "customers.csv")).withColumnRenamed("plan", "plan_x")
+    with pytest.raises(SparkmlParError, match=r"scoring input: column 'plan' is not in the input; "
+                                              r"did you mean 'plan_x'\?"):
+        apply_feature_pipeline(raw, result.output)
+
+
+def test_image_folders(spark, tmp_path):
+    from PIL import Image
+
+    for label, value in (("cat", 40), ("dog", 200)):
+        (tmp_path / "images" / label).mkdir(parents=True)
+        for i in range(6):
+            Image.fromarray(np.full((10, 12), value + i, dtype=np.uint8)).save(tmp_path / "images" / label / f"{i}.png")
+    (tmp_path / "images" / "dog" / "broken.png").write_bytes(b"not a png")
+    cfg = DataConfig(source="images", path=str(tmp_path / "images"), image_size=[4, 4], max_shards=1,
+                     max_reject_fraction=0.2, output=str(tmp_path / "ds"),
+                     split=SplitConfig(train=1.0, validation=0.0, test=0.0))
+    result = prepare(spark, cfg)
+    m = result.manifest
+    assert m["classes"] == ["cat", "dog"] and m["feature_shape"] == [1, 4, 4] and m["num_classes"] == 2
+    assert m["quarantine"]["reasons"] == {"undecodable_image": 1} and list(m["splits"]) == ["train"]
+    rows = spark.read.parquet(f"{result.output}/train").collect()
+    assert len(rows) == 12
+    for r in rows:
+        expected = (40 if r["label"] == 0 else 200) / 255.0
+        assert len(r["features"]) == 16 and expected <= r["features"][0] <= expected + 6 / 255.0 + 1e-6
+
+
+def test_parquet_input_with_typed_columns(spark, tmp_path):
+    df = spark.range(200).selectExpr("CAST(id AS double) AS x", "CAST(id % 5 AS double) * 0.5 AS y",
+                                     "CAST(id % 2 AS int) AS target")
+    df.write.parquet(str(tmp_path / "in"))
+    cfg = load_config(None, ["data.source=parquet", f"data.path={tmp_path / 'in'}", "data.label=target",
+                             f"data.output={tmp_path / 'ds'}", "data.max_shards=2", "data.featurize.scale=false"]).data
+    m = prepare(spark, cfg).manifest
+    assert m["raw_feature_columns"] == ["x", "y"] and m["feature_shape"] == [2] and m["num_classes"] == 2
+    back = spark.read.parquet(f"{tmp_path / 'ds'}/train").orderBy("features").first()
+    assert back["features"][1] == back["features"][0] % 5 * 0.5 and back["target"] == int(back["features"][0]) % 2
+
+
+def test_prepare_command_and_spark_submit_entry(tmp_path, capsys):
+    from sparkml_par.cli import run_job
+
+    assert "run_job(\"prepare\")" in (ROOT / "jobs" / "prepare.py").read_text()
+    conf = tmp_path / "digits.yaml"
+    conf.write_text("data:\n  source: digits\n  max_shards: 2\n")
+    assert run_job("prepare", ["--config", str(conf), f"data.output={tmp_path / 'ds'}"]) == 0
+    out = capsys.readouterr().out
+    assert "rows in       1797" in out and "quarantined   0" in out and "rows/s" in out
+    assert run_job("prepare", ["--config", str(conf), f"data.output={tmp_path / 'ds2'}", "data.source=csv"]) == 2
+    assert "error: data.path: source 'csv' reads files, so data.path must be set" in capsys.readouterr().err
