@@ -90,7 +90,8 @@ def _evaluate_in_thread(evaluate: Evaluate, request: TrialRequest, control: Tria
     started = time.time()
     try:
         outcome = evaluate(request, control)
-    except Exception as exc:  # noqa: BLE001 - any error of one trial is that trial's result
+    except BaseException as exc:  # noqa: BLE001 - any error of one trial is that trial's result; the
+        # scheduler waits for every trial's outcome, so this thread must post one whatever happened
         log.debug("trial %d raised:\n%s", request.number, traceback.format_exc())
         outcome = TrialOutcome("failed", error=f"{type(exc).__name__}: {exc}", started=started, finished=time.time())
     if control.stop_reason is not None:

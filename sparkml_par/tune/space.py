@@ -132,9 +132,16 @@ def _set_path(raw: dict[str, Any], key: str, value: Any) -> None:
 
 
 def check_space_fits(cfg: Config, space: SearchSpace) -> None:
-    """Applies the first grid point to cfg: an unknown key or a value of the wrong type fails here, once."""
-    first = space.decode(space.grid()[0])
-    try:
-        apply_params(cfg, first)
-    except ConfigError as exc:
-        raise ConfigError(f"tune.space does not fit the config (tried {first!r}): {exc}") from None
+    """Applies every choice and both ends of every range to cfg, one key at a time: an unknown key or a
+    value of the wrong type fails here, before any trial, naming the key and the value."""
+    for key, param in space.params.items():
+        values = param.values if param.type == "choice" else [_bound(param, param.low), _bound(param, param.high)]
+        for value in values:
+            try:
+                apply_params(cfg, {key: value})
+            except ConfigError as exc:
+                raise ConfigError(f"tune.space.{key} does not fit the config (tried {value!r}): {exc}") from None
+
+
+def _bound(param: ParamSpace, value: float) -> int | float:
+    return int(value) if param.type == "int" else float(value)
