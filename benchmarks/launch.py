@@ -1,0 +1,621 @@
+"""Launcher benchmark: launch time and all-reduce bandwidth, side by side with the usual alternatives.
+
+    python -m benchmarks.launch                     # 5 launches, all-reduce of 1/16/64 MB
+    python -m benchmarks.launch --reps 9 --sizes-mb 16,64
+
+Launch time: wall clock from calling `launch.run` on a warm SparkSession until every rank is past
+`hvd.init()` (each rank reports `time.time()` as the function starts, which is right after init; driver
+and ranks share one machine and one clock), next to pyspark's TorchDistributor running a function that
+joins a gloo process group. TorchDistributor needs pyarrow >= 15 and petastorm needs < 15, so the
+baseline runs in its own virtual environment (benchmarks/.venv-baseline, created once) and its own
+Spark session, as a subprocess.
+
+All-reduce: in-place Horovod all-reduce of float32 tensors inside one launch, next to
+`torch.distributed` gloo `all_reduce` between two plain processes on loopback, and a single-process
+tensor copy for scale. Figures are algorithm bandwidth (bytes / time); every ratio compares figures
+measured in the same run, medians of several repetitions (the machine is shared, timings are noisy).
+
+Prints one table and writes benchmarks/results/launch.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import queue
+import resource
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+BENCH_DIR = Path(__file__).resolve().parent
+RESULTS_PATH = BENCH_DIR / "results" / "launch.json"
+BASELINE_VENV = BENCH_DIR / ".venv-baseline"
+BASELINE_SCRIPT = BENCH_DIR / "baselines" / "torch_distributor_launch.py"
+# pyarrow 26 refuses numpy 1.x; 15-25 work with it.
+BASELINE_REQUIREMENTS = ["torch==2.13.0", "pyspark==4.1.4", "pyarrow>=15,<26", "pandas", "numpy<2"]
+LOOPBACK = "127.0.0.1"
+MB = 1 << 20
+LAUNCH_TARGET = 0.3
+ALLREDUCE_TARGET = 0.95
+ALLREDUCE_TARGET_MIN_MB = 16
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Functions that run inside the ranks (module level, so Spark and multiprocessing can import them)
+
+def report_init_time() -> dict:
+    """The trivial launched function: Horovod is up when it starts."""
+    import horovod.torch as hvd
+
+    return {"rank": hvd.rank(), "initialized": time.time(), "pid": os.getpid(),
+            "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
+
+
+def time_horovod_allreduce(sizes_mb: list[int], reps: int) -> dict:
+    """Seconds per in-place all-reduce for each size, every repetition started together on all ranks."""
+    import horovod.torch as hvd
+    import torch
+
+    seconds: dict[str, list[float]] = {}
+    for size_mb in sizes_mb:
+        tensor = torch.ones(size_mb * MB // 4, dtype=torch.float32)
+        name = f"bench.allreduce.{size_mb}"
+        times = []
+        for rep in range(reps + 1):  # the first one warms the response cache and the buffers
+            hvd.barrier()
+            started = time.perf_counter()
+            hvd.allreduce_(tensor, op=hvd.Sum, name=name)
+            if rep:
+                times.append(time.perf_counter() - started)
+        seconds[str(size_mb)] = times
+    return {"rank": hvd.rank(), "seconds": seconds, "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
+
+
+def _torch_gloo_rank(rank: int, world: int, port: int, iface: str, sizes_mb: list[int], reps: int, out) -> None:
+    os.environ.update(MASTER_ADDR=LOOPBACK, MASTER_PORT=str(port), GLOO_SOCKET_IFNAME=iface)
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)  # as in a Spark task with spark.task.cpus=1 (PySpark sets OMP_NUM_THREADS)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    seconds: dict[str, list[float]] = {}
+    for size_mb in sizes_mb:
+        tensor = torch.ones(size_mb * MB // 4, dtype=torch.float32)
+        times = []
+        for rep in range(reps + 1):
+            dist.barrier()
+            started = time.perf_counter()
+            dist.all_reduce(tensor)
+            if rep:
+                times.append(time.perf_counter() - started)
+        seconds[str(size_mb)] = times
+    dist.destroy_process_group()
+    out.put({"rank": rank, "seconds": seconds, "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss})
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Measurements
+
+class _EventLog:
+    """Times at which the driver received each rank's lifecycle events, per launch.
+
+    The launcher keeps its driver channel to itself; for the phase breakdown the benchmark swaps in a
+    subclass that notes the arrival time of every message before handling it as usual.
+    """
+
+    def __init__(self):
+        self.launches: list[list[tuple[float, int, str]]] = []
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        import sparkml_par.launch as launch_module
+
+        original = launch_module.DriverChannel
+        launches = self.launches
+
+        class RecordingChannel(original):
+            def __init__(self, *args, **kwargs):
+                self.events: list[tuple[float, int, str]] = []
+                launches.append(self.events)
+                super().__init__(*args, **kwargs)
+
+            def _receive(self, message: dict) -> None:
+                self.events.append((time.time(), int(message.get("rank", -1)), str(message.get("type"))))
+                super()._receive(message)
+
+        launch_module.DriverChannel = RecordingChannel
+        try:
+            yield
+        finally:
+            launch_module.DriverChannel = original
+
+
+def _phases(called: float, events: list[tuple[float, int, str]], rank_records: list[dict], returned: float) -> dict:
+    """Seconds after the call at which the first or last rank reached each phase (rendezvous: rank 0)."""
+    def last(kind: str) -> float | None:
+        times = [t for t, _, k in events if k == kind]
+        return max(times) - called if times else None
+
+    def first(kind: str) -> float | None:
+        times = [t for t, _, k in events if k == kind]
+        return min(times) - called if times else None
+
+    return {
+        "first_task_started": first("started"),
+        "all_tasks_started": last("started"),
+        "rendezvous_up": last("rendezvous"),
+        "all_joining": last("joining"),
+        "first_initialized_seen_by_driver": first("initialized"),
+        "all_initialized_seen_by_driver": last("initialized"),
+        "all_past_init": max(r["initialized"] for r in rank_records) - called,
+        "returned": returned - called,
+    }
+
+
+def time_our_launch(spark, num_proc: int, env: dict[str, str], events: _EventLog) -> dict:
+    """One launch of the trivial function; phases in seconds after the call."""
+    from sparkml_par import launch
+
+    with events.installed():
+        called = time.time()
+        records = launch.run(report_init_time, num_proc=num_proc, mode="barrier", spark=spark, env=env)
+        returned = time.time()
+    return _phases(called, events.launches[-1], records, returned) | {
+        "rank_maxrss_kb": [r["maxrss_kb"] for r in records], "rank_pids": [r["pid"] for r in records]}
+
+
+def measure_bare_barrier_stage(sc, num_proc: int, reps: int) -> dict:
+    """The Spark floor under any barrier launcher: an empty barrier stage, and one with a single allGather."""
+    def empty(_rows):
+        yield time.time()
+
+    def one_all_gather(_rows):
+        from pyspark import BarrierTaskContext
+
+        BarrierTaskContext.get().allGather("x")
+        yield time.time()
+
+    out = {}
+    for name, fn in (("empty", empty), ("one_allGather", one_all_gather)):
+        runs = []
+        for rep in range(reps + 1):
+            called = time.time()
+            task_times = sc.parallelize(range(num_proc), num_proc).barrier().mapPartitions(fn).collect()
+            returned = time.time()
+            if rep:
+                runs.append({"all_tasks_ran": max(task_times) - called, "returned": returned - called})
+        out[name] = {"reps": runs, "median": _median_fields(runs)}
+    return out
+
+
+def time_horovod_allreduce_block(spark, num_proc: int, sizes_mb: list[int], reps: int, env: dict[str, str]) -> list:
+    from sparkml_par import launch
+
+    return launch.run(time_horovod_allreduce, sizes_mb, reps, num_proc=num_proc, mode="barrier", spark=spark, env=env)
+
+
+def time_torch_gloo_allreduce_block(num_proc: int, sizes_mb: list[int], reps: int) -> list:
+    import torch.multiprocessing as mp
+
+    from sparkml_par.launch.horovod_backend import interface_for
+
+    context = mp.get_context("spawn")
+    out = context.Queue()
+    port = _free_port()
+    processes = [context.Process(target=_torch_gloo_rank, daemon=True,
+                                 args=(rank, num_proc, port, interface_for(LOOPBACK), sizes_mb, reps, out))
+                 for rank in range(num_proc)]
+    for process in processes:
+        process.start()
+    records = [out.get(timeout=600) for _ in processes]
+    for process in processes:
+        process.join(30)
+    failed = [p.exitcode for p in processes if p.exitcode != 0]
+    if failed:
+        raise RuntimeError(f"torch.distributed gloo processes exited with {failed}")
+    return sorted(records, key=lambda r: r["rank"])
+
+
+def measure_copy(sizes_mb: list[int], reps: int) -> dict:
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        out = {}
+        for size_mb in sizes_mb:
+            src = torch.ones(size_mb * MB // 4, dtype=torch.float32)
+            dst = torch.empty_like(src)
+            times = []
+            for rep in range(reps + 1):
+                started = time.perf_counter()
+                dst.copy_(src)
+                if rep:
+                    times.append(time.perf_counter() - started)
+            out[str(size_mb)] = {"median_s": statistics.median(times), "gb_per_s": size_mb * MB / statistics.median(times) / 1e9}
+        return out
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _allreduce_summary(blocks: list[list[dict]], sizes_mb: list[int], num_proc: int) -> dict:
+    """Per repetition the slowest rank counts (a collective ends when its last rank does); then the median
+    over the repetitions of every block."""
+    out: dict[str, Any] = {"rank_maxrss_kb": [r["maxrss_kb"] for records in blocks for r in records]}
+    for size_mb in sizes_mb:
+        key = str(size_mb)
+        per_rep = [max(times) for records in blocks for times in zip(*(r["seconds"][key] for r in records))]
+        median = statistics.median(per_rep)
+        out[key] = {"median_s": median, "gb_per_s": size_mb * MB / median / 1e9,
+                    "min_s": min(per_rep), "max_s": max(per_rep), "samples": len(per_rep), "ranks": num_proc}
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The TorchDistributor baseline in its own virtual environment
+
+class BaselineUnavailable(RuntimeError):
+    pass
+
+
+def ensure_baseline_venv(venv: Path = BASELINE_VENV, rebuild: bool = False) -> Path:
+    """Creates (once) the baseline's venv; refuses any plan that would download a CUDA build of torch."""
+    python = venv / "bin" / "python"
+    ready = venv / ".ready"
+    if ready.exists() and not rebuild:
+        return python
+    print(f"creating the TorchDistributor baseline environment in {venv} (once; a few minutes) ...", flush=True)
+    _check_call([sys.executable, "-m", "venv", "--clear", str(venv)], "create the baseline venv")
+    report = venv / "pip-plan.json"
+    _check_call([str(python), "-m", "pip", "install", "--quiet", "--dry-run", "--report", str(report),
+                 *BASELINE_REQUIREMENTS], "resolve the baseline requirements")
+    plan = {item["metadata"]["name"].lower(): item for item in json.loads(report.read_text())["install"]}
+    torch_url = plan.get("torch", {}).get("download_info", {}).get("url", "")
+    gpu_packages = sorted(name for name in plan if name.startswith(("nvidia-", "cuda-", "triton")))
+    if not torch_url.startswith("file:") or gpu_packages:
+        raise BaselineUnavailable(
+            f"pip would install torch from {torch_url or 'nowhere'} with {gpu_packages or 'no'} GPU packages; "
+            f"the baseline needs the CPU torch 2.13.0 wheel on disk (pip's find-links, e.g. /opt/wheels)")
+    _check_call([str(python), "-m", "pip", "install", "--quiet", *BASELINE_REQUIREMENTS],
+                "install the baseline requirements")
+    _check_call([str(python), "-c", "import pandas, pyarrow, pyspark.ml.torch.distributor, torch"],
+                "import the baseline's packages")
+    ready.write_text(json.dumps({name: item["metadata"]["version"] for name, item in sorted(plan.items())}, indent=1))
+    return python
+
+
+class TorchDistributorBaseline:
+    """The baseline script in --serve mode, in its own venv and JVM: one timed launch per request."""
+
+    def __init__(self, python: Path, num_proc: int, timeout: float = 600):
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_", "SPARK_", "VIRTUAL_ENV"))}
+        env.update(SPARK_LOCAL_IP=LOOPBACK, PYTHONUNBUFFERED="1")
+        self.command = [str(python), str(BASELINE_SCRIPT), "--serve", "--num-proc", str(num_proc)]
+        self._timeout = timeout
+        self._stderr = tempfile.TemporaryFile("w+")
+        self._process = subprocess.Popen(self.command, env=env, cwd=BENCH_DIR, text=True, stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=self._stderr)
+        self._lines: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def wait_ready(self) -> None:
+        self._expect("READY")
+
+    def launch(self) -> dict:
+        self._send("launch")
+        return json.loads(self._expect("LAUNCH "))
+
+    def close(self) -> dict:
+        """Ends the script; returns its summary (versions, warm-up, driver peak RSS)."""
+        self._send("quit")
+        summary = json.loads(self._expect("RESULT "))
+        self._process.wait(60)
+        return summary
+
+    def kill(self) -> None:
+        if self._process.poll() is None:
+            self._process.kill()
+            self._process.wait()
+
+    def _read(self) -> None:
+        for line in self._process.stdout:
+            self._lines.put(line.rstrip("\n"))
+        self._lines.put(None)
+
+    def _send(self, command: str) -> None:
+        try:
+            self._process.stdin.write(command + "\n")
+            self._process.stdin.flush()
+        except OSError:
+            raise self._failure("stopped accepting commands") from None
+
+    def _expect(self, prefix: str) -> str:
+        deadline = time.monotonic() + self._timeout
+        while True:
+            try:
+                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                self.kill()
+                raise self._failure(f"gave no {prefix.strip()} line within {self._timeout:g} s") from None
+            if line is None:
+                self._process.wait()
+                raise self._failure(f"exited with {self._process.returncode} before {prefix.strip()}")
+            if line.startswith(prefix):
+                return line[len(prefix):]
+
+    def _failure(self, what: str) -> BaselineUnavailable:
+        self._stderr.seek(0)
+        # Spark's error is mostly JVM stack frames; the Python traceback inside it is what explains it.
+        lines = [line for line in self._stderr.read().splitlines() if not line.startswith("\tat ")]
+        tail = "\n".join(lines[-40:])
+        return BaselineUnavailable(f"{' '.join(self.command)} {what}:\n{tail}")
+
+
+def _check_call(command: list[str], what: str) -> None:
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).splitlines()[-20:])
+        raise BaselineUnavailable(f"could not {what}: {' '.join(command)} exited with {done.returncode}:\n{tail}")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The run, the table, the JSON
+
+def run(args: argparse.Namespace) -> list[dict]:
+    """Measures everything and returns the table's rows; the full record goes to args.json.
+
+    Timings that are compared are interleaved (a TorchDistributor launch, then ours; a block of torch
+    gloo all-reduces, then a block of Horovod ones), so both sides see the same load on a shared machine.
+    """
+    sizes_mb = sorted(set(args.sizes_mb))
+    env = _horovod_env(args.horovod_env)
+    tuned = _horovod_env([pair for pair in args.tuned.split(",") if pair.strip()])
+    record: dict[str, Any] = {"settings": {
+        "reps": args.reps, "allreduce_reps": args.allreduce_reps, "rounds": args.rounds, "sizes_mb": sizes_mb,
+        "num_proc": args.num_proc, "horovod_env": env, "tuned_horovod_env": tuned}}
+
+    baseline = _start_baseline(args, record)  # its JVM starts and warms up while ours does
+    from sparkml_par.config import SparkConfig
+    from sparkml_par.session import get_or_create_session
+
+    spark, created = get_or_create_session(SparkConfig(master=f"local[{args.num_proc}]",
+                                                       app_name="sparkml_par launch benchmark"))
+    try:
+        events = _EventLog()
+        print("timing launches ...", flush=True)
+        record["our_launch_warmup"] = time_our_launch(spark, args.num_proc, env, events)
+        ours, theirs = [], []
+        _baseline_step(baseline, record, lambda b: b.wait_ready())
+        for _ in range(args.reps):
+            if baseline is not None:
+                launched = _baseline_step(baseline, record, lambda b: b.launch())
+                if launched is not None:
+                    theirs.append(launched)
+            ours.append(time_our_launch(spark, args.num_proc, env, events))
+        record["our_launch"] = {"reps": ours, "median": _median_fields(ours)}
+        if baseline is not None:
+            summary = _baseline_step(baseline, record, lambda b: b.close())
+            if summary is not None and theirs:
+                summary.update(reps=theirs, median=_median_fields(theirs))
+                record["torch_distributor"] = summary
+
+        print("timing all-reduce ...", flush=True)
+        variants = {"launcher defaults": env}
+        if tuned:
+            variants[", ".join(f"{k}={v}" for k, v in tuned.items())] = env | tuned
+        gloo_blocks: list = []
+        horovod_blocks: dict[str, list] = {name: [] for name in variants}
+        for _ in range(args.rounds):
+            gloo_blocks.append(time_torch_gloo_allreduce_block(args.num_proc, sizes_mb, args.allreduce_reps))
+            for name, variant_env in variants.items():
+                horovod_blocks[name].append(time_horovod_allreduce_block(
+                    spark, args.num_proc, sizes_mb, args.allreduce_reps, variant_env))
+        record["torch_gloo_allreduce"] = _allreduce_summary(gloo_blocks, sizes_mb, args.num_proc)
+        record["horovod_allreduce"] = {name: _allreduce_summary(blocks, sizes_mb, args.num_proc)
+                                       for name, blocks in horovod_blocks.items()}
+        record["copy"] = measure_copy(sizes_mb, args.allreduce_reps * args.rounds)
+        record["bare_barrier_stage"] = measure_bare_barrier_stage(spark.sparkContext, args.num_proc, args.reps)
+    finally:
+        if baseline is not None:
+            baseline.kill()
+        if created:
+            spark.stop()
+    record["driver_maxrss_kb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+    rows = _rows(record, sizes_mb)
+    record["rows"] = rows
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(record, indent=1))
+    _print_report(rows, record)
+    print(f"\nwritten: {args.json}")
+    return rows
+
+
+def _start_baseline(args: argparse.Namespace, record: dict) -> TorchDistributorBaseline | None:
+    record["torch_distributor"] = None
+    if args.skip_torch_distributor:
+        record["torch_distributor_error"] = "skipped (--skip-torch-distributor)"
+        return None
+    try:
+        python = ensure_baseline_venv(rebuild=args.rebuild_baseline_venv)
+    except BaselineUnavailable as exc:
+        record["torch_distributor_error"] = str(exc)
+        print(f"TorchDistributor baseline unavailable: {exc}", file=sys.stderr)
+        return None
+    return TorchDistributorBaseline(python, args.num_proc)
+
+
+def _baseline_step(baseline: TorchDistributorBaseline | None, record: dict, step):
+    """One request to the baseline; on failure the error is recorded and the run goes on without it."""
+    if baseline is None or record.get("torch_distributor_error"):
+        return None
+    try:
+        return step(baseline)
+    except BaselineUnavailable as exc:
+        record["torch_distributor_error"] = str(exc)
+        print(f"TorchDistributor baseline failed: {exc}", file=sys.stderr)
+        baseline.kill()
+        return None
+
+
+def _rows(record: dict, sizes_mb: list[int]) -> list[dict]:
+    ours, td = record["our_launch"]["median"], (record["torch_distributor"] or {}).get("median")
+    rows = [
+        _row("launch: call -> every rank past init (s)", ours["all_past_init"], td and td["init_s"],
+             "TorchDistributor", "lower", f"<= {LAUNCH_TARGET:g}x", LAUNCH_TARGET),
+        _row("launch: whole call, trivial fn (s)", ours["returned"], td and td["total_s"], "TorchDistributor",
+             "lower"),
+    ]
+    gloo, copy = record["torch_gloo_allreduce"], record["copy"]
+    for variant, hvd in record["horovod_allreduce"].items():
+        for size_mb in sizes_mb:
+            key = str(size_mb)
+            target = (f">= {ALLREDUCE_TARGET:g}x", ALLREDUCE_TARGET) if size_mb >= ALLREDUCE_TARGET_MIN_MB else ("", None)
+            rows.append(_row(f"all-reduce {size_mb} MB f32 ({variant}) (GB/s)", hvd[key]["gb_per_s"],
+                             gloo[key]["gb_per_s"], "torch.distributed gloo", "higher", *target))
+    for size_mb in sizes_mb:
+        rows.append(_row(f"copy {size_mb} MB, one process (GB/s)", copy[str(size_mb)]["gb_per_s"], None,
+                         "", "higher"))
+    rank_rss = max([kb for hvd in record["horovod_allreduce"].values() for kb in hvd["rank_maxrss_kb"]]
+                   + record["our_launch"]["reps"][-1]["rank_maxrss_kb"])
+    rows.append(_row("peak RSS, driver (MB)", record["driver_maxrss_kb"] / 1024,
+                     td and record["torch_distributor"]["driver_maxrss_kb"] / 1024, "TorchDistributor driver",
+                     "lower"))
+    rows.append(_row("peak RSS, largest rank (MB)", rank_rss / 1024,
+                     max(record["torch_gloo_allreduce"]["rank_maxrss_kb"]) / 1024, "torch.distributed gloo rank",
+                     "lower"))
+    return rows
+
+
+def _row(part: str, ours: float, baseline: float | None, baseline_name: str, better: str,
+         target: str = "", target_ratio: float | None = None) -> dict:
+    ratio = ours / baseline if baseline else None
+    met = None
+    if ratio is not None and target_ratio is not None:
+        met = ratio <= target_ratio if better == "lower" else ratio >= target_ratio
+    return {"part": part, "ours": ours, "baseline": baseline, "baseline_name": baseline_name, "ratio": ratio,
+            "better": better, "target": target, "met": met}
+
+
+def _print_report(rows: list[dict], record: dict) -> None:
+    def fmt(value, spec=".3f"):
+        return "-" if value is None else format(value, spec)
+
+    table = [("part", "this project", "baseline", "ratio", "target", "met?")]
+    for row in rows:
+        base = f"{fmt(row['baseline'])} ({row['baseline_name']})" if row["baseline"] is not None else "-"
+        met = "-" if row["met"] is None else ("yes" if row["met"] else "NO")
+        table.append((row["part"], fmt(row["ours"]), base, fmt(row["ratio"], ".2f") + ("x" if row["ratio"] else ""),
+                      row["target"] or "-", met))
+    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
+    print()
+    for i, line in enumerate(table):
+        print(" | ".join(cell.ljust(width) for cell, width in zip(line, widths)))
+        if i == 0:
+            print("-+-".join("-" * width for width in widths))
+
+    settings = record["settings"]
+    print(f"\nmedians of {settings['reps']} launches each (after one warm-up), TorchDistributor and ours alternating; "
+          f"all-reduce: {settings['rounds']} rounds x {settings['allreduce_reps']} per size, torch gloo and Horovod "
+          f"blocks alternating, slowest rank per repetition; {settings['num_proc']} ranks on "
+          f"local[{settings['num_proc']}], loopback, 1 torch thread per rank. Horovod settings for every launch: "
+          f"{settings['horovod_env'] or 'launcher defaults'}; rows marked with a setting add it for that all-reduce")
+    if record.get("torch_distributor_error"):
+        print(f"TorchDistributor baseline: {record['torch_distributor_error'].splitlines()[0]}")
+    elif record["torch_distributor"]:
+        versions = record["torch_distributor"]["versions"]
+        print("TorchDistributor ran in benchmarks/.venv-baseline: "
+              + ", ".join(f"{k} {v}" for k, v in versions.items()))
+
+    print("\nlaunch phases (median s after the call; 'last rank' unless noted):")
+    phases = record["our_launch"]["median"]
+    labels = [("first_task_started", "first task running the rank wrapper"),
+              ("all_tasks_started", "every task running the rank wrapper"),
+              ("rendezvous_up", "rank 0's rendezvous server up"),
+              ("all_joining", "every rank entering hvd.init()"),
+              ("first_initialized_seen_by_driver", "driver has heard the first rank's 'initialized'"),
+              ("all_past_init", "every rank past hvd.init() (rank clock)"),
+              ("all_initialized_seen_by_driver", "driver has heard every 'initialized'"),
+              ("returned", "launch.run returned")]
+    for key, label in labels:
+        print(f"  {fmt(phases.get(key))}  {label}")
+    bare = record["bare_barrier_stage"]
+    print(f"  Spark floor: empty barrier stage {fmt(bare['empty']['median']['all_tasks_ran'])} to tasks running, "
+          f"{fmt(bare['empty']['median']['returned'])} returned; with one allGather "
+          f"{fmt(bare['one_allGather']['median']['all_tasks_ran'])} / {fmt(bare['one_allGather']['median']['returned'])}")
+    if record["torch_distributor"]:
+        td = record["torch_distributor"]["median"]
+        print(f"  TorchDistributor: fn started {fmt(td['fn_start_s'])}, past init_process_group {fmt(td['init_s'])}, "
+              f"returned {fmt(td['total_s'])}")
+
+
+def _median_fields(runs: list[dict]) -> dict:
+    keys = [key for key, value in runs[0].items() if isinstance(value, (int, float))]
+    return {key: statistics.median(r[key] for r in runs if r[key] is not None) for key in keys}
+
+
+def _horovod_env(pairs: list[str]) -> dict[str, str]:
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.startswith("HOROVOD_"):
+            raise SystemExit(f"--horovod-env {pair!r}: expected HOROVOD_NAME=value")
+        env[key] = value
+    return env
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((LOOPBACK, 0))
+        return sock.getsockname()[1]
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--sizes-mb {text!r}: expected whole megabytes, e.g. 1,16,64") from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"--sizes-mb {text!r}: expected positive sizes, e.g. 1,16,64")
+    return sizes
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.launch", description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=5, help="timed launches per launcher, after one warm-up")
+    parser.add_argument("--allreduce-reps", type=int, default=10, help="timed all-reduces per size and round")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="all-reduce rounds, each a block of torch gloo then a block of Horovod")
+    parser.add_argument("--sizes-mb", type=_sizes, default=[1, 16, 64], help="all-reduce sizes in MB (1,16,64)")
+    parser.add_argument("--num-proc", type=int, default=2, help="ranks (and Spark task slots)")
+    parser.add_argument("--horovod-env", action="append", default=[], metavar="HOROVOD_NAME=value",
+                        help="extra Horovod setting for our ranks, e.g. HOROVOD_CYCLE_TIME=0.1 (repeatable)")
+    parser.add_argument("--tuned", default="HOROVOD_CYCLE_TIME=0.1", metavar="NAME=value,...",
+                        help="a second set of all-reduce rows with these Horovod settings ('' for none)")
+    parser.add_argument("--skip-torch-distributor", action="store_true", help="leave out the TorchDistributor baseline")
+    parser.add_argument("--rebuild-baseline-venv", action="store_true", help="recreate benchmarks/.venv-baseline")
+    parser.add_argument("--json", type=Path, default=RESULTS_PATH, help="where to write the results")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    if min(args.reps, args.allreduce_reps, args.rounds, args.num_proc) < 1:
+        raise SystemExit("--reps, --allreduce-reps, --rounds and --num-proc must be at least 1")
+    rows = run(args)
+    return 0 if all(row["met"] is not False for row in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
