@@ -51,12 +51,23 @@ def classifier(spark, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def regressor(spark, tmp_path_factory):
+    """A regression artifact (6 features, seeded initial weights) and 300 labelled rows as plain Parquet."""
+    from sparkml_par.models.registry import model_spec
+
     root = tmp_path_factory.mktemp("regressor")
-    cfg, manifest = _prepared(spark, root, "data.source=synthetic", "data.synthetic.rows=400",
-                              "data.synthetic.features=6", "data.synthetic.classes=0", "data.task=regression",
-                              "train.model=mlp", "train.model_args={hidden: [8]}")
-    _untrained_artifact(root, cfg, manifest)
-    return root, cfg
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((300, 6)).astype(np.float32)
+    y = x.sum(axis=1) + rng.standard_normal(300).astype(np.float32)
+    rows = [(i, x[i].tolist(), float(y[i])) for i in range(300)]
+    spark.createDataFrame(rows, "_row_id bigint, features array<float>, label float").repartition(3) \
+        .write.parquet(str(root / "rows"))
+    spec = model_spec("mlp", {"hidden": [8]}, (6,), 1)
+    description = {"spec": spec, "task": "regression", "num_classes": 0, "classes": None, "feature_shape": [6],
+                   "dataset": None, "feature_pipeline": None, "raw_feature_columns": ["features"],
+                   "raw_feature_types": {"features": "vector"}, "label_column": "label"}
+    torch.manual_seed(0)
+    write_model_artifact(root / "train" / "model", build_from_spec(spec).state_dict(), description, {}, "")
+    return root
 
 
 @pytest.fixture(scope="module")
@@ -83,8 +94,8 @@ def _in_process(model_dir: Path, features: np.ndarray) -> np.ndarray:
         return model(torch.from_numpy(features.astype(np.float32)).reshape(shape)).numpy()
 
 
-def _split_rows(root: Path, split: str = "test"):
-    table = pq.read_table(root / "dataset" / split).to_pandas().sort_values("_row_id")
+def _split_rows(root: Path, split: str = "dataset/test"):
+    table = pq.read_table(root / split).to_pandas().sort_values("_row_id")
     return table["_row_id"].to_numpy(), np.stack(table["features"].to_numpy()), table["label"].to_numpy()
 
 
@@ -101,7 +112,8 @@ def _config(root: Path, *overrides: str):
 
 def test_udf_classes_and_probabilities_equal_the_model_in_process(spark, classifier):
     root, _ = classifier
-    predictions = _collected(score(spark, f"{root}/dataset/test", f"{root}/train/model", batch_size=7))
+    # A dataset directory: its test split is scored.
+    predictions = _collected(score(spark, f"{root}/dataset", f"{root}/train/model", batch_size=7))
     ids, features, labels = _split_rows(root)
     expected = torch.softmax(torch.from_numpy(_in_process(root / "train" / "model", features)), dim=1).numpy()
 
@@ -115,13 +127,12 @@ def test_udf_classes_and_probabilities_equal_the_model_in_process(spark, classif
 
 
 def test_udf_regression_values_equal_the_model_in_process(spark, regressor):
-    root, _ = regressor
-    predictions = _collected(score(spark, f"{root}/dataset", f"{root}/train/model"))  # a dataset: its test split
-    ids, features, _ = _split_rows(root)
+    predictions = _collected(score(spark, regressor / "rows", regressor / "train" / "model"))
+    ids, features, _ = _split_rows(regressor, "rows")
 
     assert list(predictions.columns) == ["_row_id", "label", "prediction"]
     assert predictions["_row_id"].tolist() == ids.tolist()
-    np.testing.assert_allclose(predictions["prediction"].to_numpy(), _in_process(root / "train" / "model",
+    np.testing.assert_allclose(predictions["prediction"].to_numpy(), _in_process(regressor / "train" / "model",
                                                                                   features)[:, 0],
                                rtol=0, atol=TOLERANCE)
 
@@ -185,9 +196,8 @@ def test_job_replaces_earlier_predictions_and_scores_a_given_input(spark, classi
 
 
 def test_regression_metrics_are_mse_and_mae(spark, regressor):
-    root, _ = regressor
-    result = score_job(spark, _config(root))
-    written = pq.read_table(root / "predictions").to_pandas()
+    result = score_job(spark, _config(regressor, f"score.input={regressor}/rows"))
+    written = pq.read_table(regressor / "predictions").to_pandas()
     error = written["prediction"].to_numpy(np.float64) - written["label"].to_numpy(np.float64)
 
     assert result.metrics["rows_evaluated"] == len(written) > 0
@@ -247,6 +257,7 @@ def test_missing_raw_feature_columns_are_named_with_suggestions(spark, tabular):
     message = str(caught.value)
     assert "columns 'weight', 'colour' (did you mean 'color'?) missing" in message
     assert "raw columns ['size', 'weight', 'colour']" in message
+    assert "the input's columns are 'id', 'size', 'color', 'label'" in message
 
 
 def test_missing_id_column(spark, classifier):
@@ -306,3 +317,40 @@ def test_spark_submit_script_scores_and_reports_errors(spark, classifier, tmp_pa
     assert (tmp_path / "out" / "_metrics.json").is_file()
     assert main(common + [f"score.model={tmp_path}/missing"]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+# --- the predictor's cache and device --------------------------------------------------------------------
+
+def test_predictor_is_loaded_once_per_process_and_again_after_retraining(classifier, tmp_path):
+    import shutil
+
+    from sparkml_par.infer.predictor import cached_predictor
+
+    root, _ = classifier
+    artifact = shutil.copytree(root / "train" / "model", tmp_path / "model")
+    first = cached_predictor(str(artifact), "cpu")
+    assert cached_predictor(str(artifact), "cpu") is first
+    model, description = load_model_artifact(artifact)
+    state = {name: value + 1.0 for name, value in model.state_dict().items()}
+    write_model_artifact(artifact, state, description, {}, "")
+    reloaded = cached_predictor(str(artifact), "cpu")
+    assert reloaded is not first
+    torch.testing.assert_close(next(reloaded.model.parameters()), next(first.model.parameters()) + 1.0)
+
+
+def test_task_device_is_the_gpu_spark_assigned(monkeypatch):
+    import pyspark
+    from pyspark.resource import ResourceInformation
+
+    from sparkml_par.infer.predictor import task_device
+
+    class FakeContext:
+        def resources(self):
+            return {"gpu": ResourceInformation("gpu", ["3"])}
+
+    assert task_device() == ("cuda:0" if torch.cuda.is_available() else "cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(pyspark.TaskContext, "get", staticmethod(lambda: FakeContext()))
+    assert task_device() == "cuda:3"
+    monkeypatch.setattr(pyspark.TaskContext, "get", staticmethod(lambda: None))
+    assert task_device() == "cuda:0"
