@@ -48,7 +48,8 @@ class DriverChannel:
         self._rendezvous_known = threading.Event()
         self._server = _Server((host, 0), _handler_for(self))
         self.address = self._server.server_address[:2]
-        self._thread = threading.Thread(target=self._server.serve_forever, name="rank-channel", daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02},
+                                        name="rank-channel", daemon=True)
         self._thread.start()
 
     def close(self) -> None:

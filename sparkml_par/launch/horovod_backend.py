@@ -31,7 +31,9 @@ class Rendezvous:
             for s in plan
         ])
         self.address = self._httpd.server_address[:2]
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="horovod-rendezvous", daemon=True)
+        # shutdown() waits for the serve loop's next poll: at the default 0.5 s that delayed every launch.
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02},
+                                        name="horovod-rendezvous", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:

@@ -1,7 +1,7 @@
 """Each rank's shard of a petastorm dataset as PyTorch batches; the trainer's only petastorm import.
 
 petastorm's `make_batch_reader` picks the shard (row groups i with i % size == rank) and shuffles
-row-group order; rows arrive as column batches, are mixed in a seeded shuffle buffer, and leave as
+row-group order (seeded, one worker thread: reproducible); rows arrive as column batches, are mixed in a seeded shuffle buffer, and leave as
 tensors without a per-row Python step (petastorm's row-wise loaders were measured an order of
 magnitude slower). Every rank yields exactly `steps` batches per epoch, re-reading its shard from the
 start when it runs out, so no rank can wait forever in an all-reduce another rank never joins.
@@ -40,7 +40,7 @@ class ShardBatches:
         if self._cache:
             chunks = self._cached_chunks(rng)
         else:
-            chunks = self._read(num_epochs=None, seed=self.seed + epoch)
+            chunks = self._passes(rng)
         emitted = 0
         for x, y in self._batched(chunks, rng):
             yield torch.from_numpy(x), torch.as_tensor(y, dtype=self.label_dtype)
@@ -54,6 +54,15 @@ class ShardBatches:
             for start in range(0, len(x), self.batch_size):
                 yield (torch.from_numpy(x[start:start + self.batch_size]),
                        torch.as_tensor(y[start:start + self.batch_size], dtype=self.label_dtype))
+
+    def _passes(self, rng: np.random.Generator) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """The shard over and over, each pass a reader of its own with a seed drawn from rng.
+
+        petastorm's own repetition (num_epochs=None) re-shuffles the row-group order again each time
+        its ventilator waits for queue room at the start of a pass, so the order would depend on timing.
+        """
+        while True:
+            yield from self._read(num_epochs=1, seed=int(rng.integers(2**31)))
 
     def _cached_chunks(self, rng: np.random.Generator) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         if self._cached is None:

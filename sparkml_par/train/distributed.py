@@ -46,12 +46,14 @@ def broadcast_training_state(model: nn.Module, optimizer: torch.optim.Optimizer)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
 
-def broadcast_object(value: Any) -> Any:
-    return _hvd().broadcast_object(value, root_rank=0)
+def broadcast_object(value: Any, name: str) -> Any:
+    """Rank 0's value on every rank. The name is required: Horovod's default is the value's type name,
+    which differs between ranks that pass None and rank 0's real value, and then no rank ever returns."""
+    return _hvd().broadcast_object(value, root_rank=0, name=name)
 
 
-def allgather_object(value: Any) -> list[Any]:
-    return _hvd().allgather_object(value)
+def allgather_object(value: Any, name: str) -> list[Any]:
+    return _hvd().allgather_object(value, name=name)
 
 
 def allreduce_sum(values: torch.Tensor, name: str) -> torch.Tensor:

@@ -114,7 +114,7 @@ def train_rank(job: TrainJob) -> dict[str, Any]:
         schedule.step_epoch(monitored)
         stop = stopper.update(monitored) if monitored is not None else False
         # One decision for all ranks, even if floating point ever differed between them.
-        stop = distributed.broadcast_object(stop)
+        stop = distributed.broadcast_object(stop, "early_stop")
         state.history.append(record)
         state.epoch = epoch + 1
         _report(record)
@@ -253,7 +253,7 @@ def _resume(job: TrainJob, base: nn.Module, optimizer, schedule, stopper, scaler
             optimizer.load_state_dict(checkpoint["optimizer"])
     shared = distributed.broadcast_object(None if checkpoint is None else {
         key: checkpoint[key] for key in ("epoch", "global_step", "history", "schedule", "stopper", "scaler", "rng")
-    })
+    }, "resume_state")
     if shared is None:
         return _State()
     schedule.load_state_dict(shared["schedule"])
@@ -267,7 +267,7 @@ def _resume(job: TrainJob, base: nn.Module, optimizer, schedule, stopper, scaler
 
 
 def _checkpoint(job: TrainJob, base: nn.Module, optimizer, schedule, stopper, scaler, state: _State, rank: int) -> None:
-    rng = distributed.allgather_object(capture_rng_state())  # a collective: every rank takes part
+    rng = distributed.allgather_object(capture_rng_state(), "rng_state")  # a collective: every rank takes part
     if rank != 0:
         return
     write_checkpoint_atomically(Path(job.output) / "checkpoints", state.epoch, {
