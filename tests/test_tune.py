@@ -104,13 +104,22 @@ def test_a_space_that_does_not_fit_the_config_fails_before_any_trial(key, param,
 
 @pytest.mark.parametrize("space, message", [
     ({}, "tune.space is empty"),
-    ({"lr": ParamSpace("uniform", 0, 1)}, "tune.space key 'lr' must name a train setting, e.g. 'train.lr'"),
+    ({"data.rows": ParamSpace("uniform", 0, 1)}, "tune.space key 'data.rows' names a data setting; a search varies "
+                                                 "train settings only"),
+    ({"lr": ParamSpace("uniform", 0, 1), "train.lr": ParamSpace("uniform", 0, 1)}, "names 'train.lr' twice"),
     ({"train.output": ParamSpace("choice", values=["a"])}, "tune.space key 'train.output' cannot be searched"),
     ({"train.epochs": ParamSpace("int", 1, 2.5)}, "an int parameter needs whole bounds"),
 ])
 def test_bad_spaces_are_refused_with_the_key(space, message):
     with pytest.raises(ConfigError, match=message):
         SearchSpace.from_config(space)
+
+
+def test_keys_without_the_train_prefix_name_train_settings():
+    cfg = load_config(None, ["tune.space.lr.type=loguniform", "tune.space.lr.low=0.001", "tune.space.lr.high=0.1"])
+    space = SearchSpace.from_config(cfg.tune.space)
+    assert list(space.params) == ["train.lr"]
+    assert apply_params(cfg, space.decode(space.grid()[1])).train.lr == pytest.approx(0.01)
 
 
 def test_space_entries_load_from_yaml(tmp_path):

@@ -44,6 +44,7 @@ def trial_rows(study: optuna.Study, space: SearchSpace) -> list[dict[str, Any]]:
             "params": space.decode(trial.params),
             "error": attrs.get("error"),
             "host": attrs.get("host"),
+            "pid": attrs.get("pid"),
             "artifact": attrs.get("artifact"),
         })
     return rows
@@ -60,7 +61,8 @@ def write_table(rows: list[dict[str, Any]], output: Path) -> tuple[Path, Path]:
     json_path, csv_path = output / "trials.json", output / "trials.csv"
     _write_atomically(json_path, json.dumps(rows, indent=2) + "\n")
     keys = list(dict.fromkeys(key for row in rows for key in row["params"]))
-    columns = ["number", "status", "score", "duration_s", *keys, "epochs", "started", "finished", "error", "host"]
+    columns = ["number", "status", "score", "duration_s", *keys, "epochs", "started", "finished", "error", "host",
+               "pid"]
     temp = csv_path.with_name(f".{csv_path.name}.tmp")
     with temp.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, columns, extrasaction="ignore")

@@ -1,6 +1,7 @@
 """The search space: tune.space entries as Optuna distributions, grid points, and params applied to a Config.
 
-Keys are `train.*` settings (`train.lr`, `train.model_args.hidden`, `train.early_stopping.patience`).
+Keys are `train.*` settings (`train.lr`, `train.model_args.hidden`, `train.early_stopping.patience`);
+the prefix may be left out (`lr`).
 Optuna stores only scalar choices (None, bool, int, float, str), so a choice among lists or mappings
 (`train.model_args.hidden: [[32], [64, 32]]`) is stored as the JSON text of each value and decoded
 when the params are applied.
@@ -8,6 +9,7 @@ when the params are applied.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -38,18 +40,23 @@ class SearchSpace:
 
     @classmethod
     def from_config(cls, space: dict[str, ParamSpace]) -> "SearchSpace":
+        """Keys name train settings with or without the `train.` prefix (`lr` is `train.lr`), so that
+        command-line overrides such as tune.space.lr.type=loguniform work too."""
         if not space:
             raise ConfigError("tune.space is empty: name at least one train.* setting to search, e.g. "
                               "tune.space: {train.lr: {type: loguniform, low: 1.0e-4, high: 1.0e-1}}")
-        for key, param in space.items():
-            if not key.startswith("train.") or key == "train.":
-                raise ConfigError(f"tune.space key {key!r} must name a train setting, e.g. 'train.{key}'")
+        params = {}
+        for given, param in space.items():
+            key = _train_key(given)
+            if key in params:
+                raise ConfigError(f"tune.space names {key!r} twice (as {given!r} and with or without 'train.')")
             if key in _SET_BY_TUNE:
-                raise ConfigError(f"tune.space key {key!r} cannot be searched: {_SET_BY_TUNE[key]}")
+                raise ConfigError(f"tune.space key {given!r} cannot be searched: {_SET_BY_TUNE[key]}")
             if param.type == "int" and (param.low != int(param.low) or param.high != int(param.high)):
-                raise ConfigError(f"tune.space.{key}: an int parameter needs whole bounds, got "
+                raise ConfigError(f"tune.space.{given}: an int parameter needs whole bounds, got "
                                   f"low={param.low!r} high={param.high!r}")
-        return cls(dict(space))
+            params[key] = param
+        return cls(params)
 
     def distributions(self) -> dict[str, BaseDistribution]:
         """Optuna's distribution of each key, used by ask() with every sampler."""
@@ -69,6 +76,18 @@ class SearchSpace:
         """A plain description, saved with the study so a resumed search can be checked against it."""
         return {key: {"type": p.type, "low": p.low, "high": p.high, "values": p.values, "grid": p.grid}
                 for key, p in self.params.items()}
+
+
+def _train_key(key: str) -> str:
+    section = key.split(".", 1)[0]
+    if section == "train":
+        if key == "train" or key.endswith("."):
+            raise ConfigError(f"tune.space key {key!r} must name a train setting, e.g. 'train.lr'")
+        return key
+    if section in {f.name for f in dataclasses.fields(Config)}:
+        raise ConfigError(f"tune.space key {key!r} names a {section} setting; a search varies train settings "
+                          f"only (prepare a dataset per data setting and tune on each)")
+    return f"train.{key}"
 
 
 def _json_encoded(param: ParamSpace) -> bool:
