@@ -21,6 +21,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "smoke": ("sparkml_par.smoke:run", "2 Horovod ranks in a Spark barrier stage all-reduce a tensor"),
     "prepare": ("data_prep.job:run", "ingest, validate, profile, featurize, split and write a petastorm dataset"),
     "train": ("sparkml_par.train.job:run", "train on the prepared dataset with Horovod ranks in a barrier stage"),
+    "tune": ("sparkml_par.tune.job:run", "hyperparameter search: trials as concurrent Spark tasks"),
+    "score": ("sparkml_par.infer.score:run", "score a dataset or table with a model artifact in a Spark pandas UDF"),
+    "report": ("sparkml_par.report:run", "write the HTML report of a run directory"),
+    "run": ("sparkml_par.pipeline:run", "the whole pipeline: prepare, tune, train, score, report"),
 }
 
 _OVERRIDES_HELP = "section.key=value settings that win over CONF, e.g. train.epochs=3 spark.master=local[4]"
@@ -69,6 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (_, help_text) in COMMANDS.items():
         stage = commands.add_parser(name, help=help_text)
         _add_config_arguments(stage, conf_required=True)
+        if name == "run":
+            stage.add_argument("--from", dest="from_stage", choices=["prepare", "tune", "train", "score", "report"],
+                               help="run this stage and all later ones even if unchanged (output.from_stage)")
         stage.set_defaults(handler=_run_stage)
     return parser
 
@@ -88,6 +95,8 @@ def _load(args: argparse.Namespace) -> Config:
         overrides.append("output.quiet=true")
     if args.log_format:
         overrides.append(f"output.log_format={args.log_format}")
+    if getattr(args, "from_stage", None):
+        overrides.append(f"output.from_stage={args.from_stage}")
     cfg = load_config(args.conf, overrides)
     setup_logging(cfg.output.quiet, cfg.output.log_format)
     return cfg

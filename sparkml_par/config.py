@@ -105,7 +105,7 @@ class DataConfig:
                                       minimum=0.01)
     max_shards: int = _field(8, "Largest rank count the dataset is laid out for; any divisor gets equal shares.",
                              minimum=1)
-    output: str = _field("runs/dataset", "Dataset directory (any URL Spark and pyarrow read).")
+    output: str = _field("runs/latest/dataset", "Dataset directory (any URL Spark and pyarrow read).")
     mode: Literal["error", "overwrite"] = _field("error", "What to do when the output holds a different dataset.")
 
 
@@ -160,7 +160,7 @@ class TrainConfig:
     seed: int = _field(0, "Seed of weights, shuffling and dropout.")
     threads_per_rank: int = _field(1, "torch intra-op threads per rank.", minimum=1)
     timeout: float = _field(3600.0, "Seconds the whole training stage may take.", minimum=1.0)
-    output: str = _field("runs/model", "Directory of checkpoints, metrics and the model artifact.")
+    output: str = _field("runs/latest/model", "Directory of checkpoints, metrics and the model artifact.")
 
 
 @dataclass
@@ -183,7 +183,7 @@ class TuneConfig:
     prune: bool = _field(False, "Stop weak trials early on intermediate validation scores.")
     seed: int = _field(0, "Sampler seed.")
     retrain: bool = _field(False, "Retrain the best config with train.num_proc Horovod ranks.")
-    output: str = _field("runs/tune", "Directory of the study, the trials table and the best config.")
+    output: str = _field("runs/latest/tune", "Directory of the study, the trials table and the best config.")
 
 
 @dataclass
@@ -192,7 +192,7 @@ class ScoreConfig:
     model: Optional[str] = _field(None, "Model artifact directory; None uses train.output.")
     id_column: str = _field("_row_id", "Column joined to each prediction.")
     batch_size: int = _field(1024, "Rows per model call inside the UDF.", minimum=1)
-    output: str = _field("runs/predictions", "Parquet directory of predictions.")
+    output: str = _field("runs/latest/predictions", "Parquet directory of predictions.")
 
 
 @dataclass
@@ -200,6 +200,8 @@ class OutputConfig:
     run_dir: str = _field("runs/latest", "Directory of this run: effective config, stage outputs, logs.")
     log_format: Literal["text", "json"] = _field("text", "Progress lines as text or JSON (for schedulers).")
     quiet: bool = _field(False, "Only warnings and the final summary.")
+    from_stage: Optional[Literal["prepare", "tune", "train", "score", "report"]] = _field(
+        None, "sparkml-par run: run this stage and every later one even if unchanged (--from STAGE).")
 
 
 @dataclass

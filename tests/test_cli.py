@@ -83,8 +83,14 @@ def test_config_prints_the_effective_config_with_overrides(capsys):
 
 def test_quiet_and_log_format_flags_set_output_keys(capsys):
     assert cli.main(["config", QUICKSTART, "--quiet", "--log-format", "json"]) == 0
-    assert yaml.safe_load(capsys.readouterr().out)["output"] == {"run_dir": "runs/latest", "log_format": "json",
-                                                                 "quiet": True}
+    assert yaml.safe_load(capsys.readouterr().out)["output"] == {"run_dir": "runs/quickstart", "log_format": "json",
+                                                                 "quiet": True, "from_stage": None}
+
+
+def test_run_takes_the_stage_to_start_from(capsys):
+    assert cli.main(["config", QUICKSTART, "output.from_stage=train"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["output"]["from_stage"] == "train"
+    assert cli.build_parser().parse_args(["run", QUICKSTART, "--from", "score"]).from_stage == "score"
 
 
 def test_config_reference_lists_every_key(capsys):

@@ -106,13 +106,18 @@ def train(spark, cfg: Config) -> TrainResult:
 
 
 def _log_epoch(epochs: int):
+    """Rank 0's epoch records as progress lines, with an ETA from the epochs seen so far."""
+    times: list[float] = []
+
     def on_progress(rank: int, record: dict) -> None:
         if rank != 0:
             return
+        times.append(record["epoch_time"])
         metrics = " ".join(f"{k}={v:.4g}" for k, v in record.items()
                            if k.startswith(("train_", "val_")) and isinstance(v, (int, float)))
-        log.info("epoch %d/%d %s lr=%.3g %.0f samples/s %.1f s", record["epoch"], epochs, metrics, record["lr"],
-                 record["samples_per_sec"], record["epoch_time"])
+        eta = sum(times) / len(times) * (epochs - record["epoch"])
+        log.info("epoch %d/%d %s lr=%.3g %.0f samples/s %.1f s, ETA %.0f s", record["epoch"], epochs, metrics,
+                 record["lr"], record["samples_per_sec"], record["epoch_time"], eta)
     return on_progress
 
 
