@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import numpy as np
@@ -80,7 +79,8 @@ def tabular(spark, tmp_path_factory):
         lines.append(f"{i},{rng.normal():.4f},{rng.normal(5, 2):.4f},{['red', 'green', 'blue'][i % 3]},{i % 2}")
     (root / "raw.csv").write_text("\n".join(lines) + "\n")
     features = "[{name: size, type: float}, {name: weight, type: float}, {name: colour, type: string}]"
-    cfg, manifest = _prepared(spark, root, "data.source=csv", f"data.path={root}/raw.csv", f"data.features={features}",
+    cfg, manifest = _prepared(spark, root, "data.source=csv", f"data.path={root}/raw.csv",
+                              f"data.features={features}",
                               "train.model=mlp", "train.model_args={hidden: [8]}")
     _untrained_artifact(root, cfg, manifest)
     return root, cfg

@@ -41,7 +41,8 @@ def score(spark, df_or_path, model_dir: str, id_column: str = "_row_id", batch_s
     if batch_size < 1:
         raise SparkmlParError(f"score.batch_size={batch_size!r}: rows per model call must be at least 1")
     _, description = load_model_artifact(model_dir)  # on the driver: a missing or broken artifact fails here
-    df = inputs.read_input(spark, os.fspath(df_or_path)) if isinstance(df_or_path, (str, os.PathLike)) else df_or_path
+    is_path = isinstance(df_or_path, (str, os.PathLike))
+    df = inputs.read_input(spark, os.fspath(df_or_path)) if is_path else df_or_path
     inputs.require_id_column(df, id_column)
     df = inputs.with_features(df, description)
     label = inputs.label_column(df, description)
