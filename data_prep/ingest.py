@@ -9,7 +9,7 @@ except the 1,797 rows of scikit-learn's digits, which ship with the library.
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -37,7 +37,8 @@ class Ingested:
     features: list[ColumnSpec]
     feature_shape: list[int] | None = None
     classes: list[str] | None = None
-    source_info: dict[str, Any] = field(default_factory=dict)
+    # Row ids hashed from the row's content: identical rows share one until split.make_row_ids_unique.
+    content_row_ids: bool = False
 
 
 def ingest(spark, cfg: DataConfig) -> Ingested:
@@ -58,8 +59,7 @@ def ingest(spark, cfg: DataConfig) -> Ingested:
         raise SparkmlParError(f"data.path {cfg.path!r} has no columns (is the {cfg.source} input empty?); "
                               f"point data.path at a non-empty input")
     df = _with_content_row_id(df, raw_columns)
-    return Ingested(df=df, input_fingerprint=fingerprint, features=list(cfg.features),
-                    source_info={"files": len(files)})
+    return Ingested(df=df, input_fingerprint=fingerprint, features=list(cfg.features), content_row_ids=True)
 
 
 def _input_files(spark, cfg: DataConfig, url: str) -> list[tuple[str, int, int]]:
@@ -87,7 +87,7 @@ def _with_corrupt_record(df, corrupt: str, reason: str):
     from pyspark.sql import functions as F
 
     if corrupt not in df.columns:
-        return df.withColumn(INGEST_ERROR, F.lit(None).cast("string")).withColumn(RAW_RECORD, F.lit(None).cast("string"))
+        return df.withColumns({INGEST_ERROR: F.lit(None).cast("string"), RAW_RECORD: F.lit(None).cast("string")})
     return (df.withColumn(INGEST_ERROR, F.when(F.col(corrupt).isNotNull(), F.lit(reason)))
               .withColumnRenamed(corrupt, RAW_RECORD))
 
@@ -142,8 +142,7 @@ def _images(spark, cfg: DataConfig, url: str, fingerprint: str) -> Ingested:
     size = channels * height * width
     return Ingested(df=df, input_fingerprint=fingerprint,
                     features=[ColumnSpec(name="features", type="vector", size=size, min=0.0, max=1.0)],
-                    feature_shape=[channels, height, width], classes=classes,
-                    source_info={"classes": classes})
+                    feature_shape=[channels, height, width], classes=classes)
 
 
 def _decode_images_udf(height: int, width: int, channels: int):
@@ -187,7 +186,7 @@ def _digits(spark, cfg: DataConfig) -> Ingested:
     df = _with_corrupt_record(spark.createDataFrame(rows, schema), "_corrupt_record", "")
     return Ingested(df=df, input_fingerprint=hash_parts({"source": "digits", "rows": len(rows)}),
                     features=[ColumnSpec(name="features", type="vector", size=64, min=0.0, max=1.0)],
-                    feature_shape=[1, 8, 8], source_info={"rows": len(rows)})
+                    feature_shape=[1, 8, 8])
 
 
 def _synthetic(spark, cfg: DataConfig) -> Ingested:
@@ -232,4 +231,4 @@ def _synthetic(spark, cfg: DataConfig) -> Ingested:
     parameters = {"source": "synthetic", "rows": rows, "features": dims, "classes": classes, "seed": seed}
     return Ingested(df=df, input_fingerprint=hash_parts(parameters),
                     features=[ColumnSpec(name="features", type="vector", size=dims)],
-                    feature_shape=[dims], source_info={"rows": rows})
+                    feature_shape=[dims])

@@ -75,7 +75,7 @@ def _build(spark, cfg: DataConfig, ing: Ingested, fingerprint: str, staging: str
     duplicates = count_duplicates(clean, content)
     if duplicates and cfg.dedupe:
         clean = drop_duplicates(clean, content)
-    elif duplicates and ing.feature_shape is None:
+    elif duplicates and ing.content_row_ids:
         clean = make_row_ids_unique(clean)
     clean = assign_splits(clean, cfg).persist(StorageLevel.MEMORY_AND_DISK)
     try:

@@ -170,7 +170,6 @@ def publish(spark, staging: str, output_url: str, manifest: dict[str, Any]) -> N
         if not fs.rename(output_url, retired):
             raise SparkmlParError(f"could not move the old dataset {output_url!r} aside to {retired!r}; "
                                   f"check permissions on its parent directory")
-    fs.mkdirs(output_url.rsplit("/", 1)[0])
     if not fs.rename(staging, output_url):
         raise SparkmlParError(f"could not rename {staging!r} to {output_url!r}; the finished dataset is "
                               f"left at {staging!r}")

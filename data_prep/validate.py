@@ -55,9 +55,11 @@ def validate(ing: Ingested, cfg: DataConfig) -> Validated:
     for i, spec in enumerate(specs):
         require_column(spec.name, raw_columns, f"data.features[{i}].name")
     # The split key travels with the clean rows; a feature or label used as key is already there.
-    key = cfg.split.key
-    carried = [key] if key and require_column(key, raw_columns, "data.split.key") not in (
-        [cfg.label] + [s.name for s in specs]) else []
+    carried = []
+    if cfg.split.key:
+        require_column(cfg.split.key, raw_columns, "data.split.key")
+        if cfg.split.key not in [cfg.label] + [s.name for s in specs]:
+            carried.append(cfg.split.key)
     _check_label_type(df, cfg)
 
     label_value, label_checks = _label_checks(df, cfg)
