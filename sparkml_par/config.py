@@ -160,6 +160,8 @@ class TrainConfig:
     seed: int = _field(0, "Seed of weights, shuffling and dropout.")
     threads_per_rank: int = _field(1, "torch intra-op threads per rank.", minimum=1)
     timeout: float = _field(3600.0, "Seconds the whole training stage may take.", minimum=1.0)
+    step_timeout: float = _field(600.0, "Fail the stage when a rank makes no step for this many seconds; 0 turns "
+                                        "the guard off.", minimum=0.0)
     output: str = _field("runs/latest/model", "Directory of checkpoints, metrics and the model artifact.")
 
 

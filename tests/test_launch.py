@@ -58,6 +58,22 @@ def talk_and_report():
     return hvd.rank()
 
 
+def stall_on_rank_one():
+    """Both ranks heartbeat; rank 1 then stops making progress without raising."""
+    import horovod.torch as hvd
+
+    context = launch.current_rank()
+    for _ in range(3):
+        context.heartbeat()
+        time.sleep(1.0)
+    if hvd.rank() == 1:
+        time.sleep(120)
+    for _ in range(120):
+        context.heartbeat()
+        time.sleep(0.5)
+    return "unreachable"
+
+
 def _check_collectives(results):
     assert [r["rank"] for r in results] == [0, 1]
     for r in results:
@@ -115,6 +131,16 @@ def test_rendezvous_timeout_names_the_missing_rank(spark):
     with pytest.raises(launch.LaunchError, match=r"ranks \[1\] of 2 did not reach the Horovod rendezvous "
                                                  r"within 6 s; ranks \[0\] were waiting for them"):
         launch.run(collectives, num_proc=2, rendezvous_timeout=6, env={STALL_BEFORE_RENDEZVOUS: "1"})
+
+
+def test_a_stalled_rank_is_named_instead_of_hanging(spark):
+    started = time.monotonic()
+    with pytest.raises(launch.LaunchError, match=r"ranks \[1\] made no progress for 4 s \(no step, log or "
+                                                 r"heartbeat\); the stage was cancelled") as info:
+        launch.run(stall_on_rank_one, num_proc=2, progress_timeout=4)
+    assert info.value.rank == 1
+    assert time.monotonic() - started < 40
+    _check_collectives(launch.run(collectives, num_proc=2))
 
 
 def test_rank_output_and_progress_reach_the_driver(spark, caplog):

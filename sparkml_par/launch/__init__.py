@@ -27,13 +27,14 @@ log = logging.getLogger("sparkml_par.launch")
 
 def run(fn: Callable[..., Any], *args: Any, num_proc: int = 0, use_gpu: bool = False,
         mode: Literal["barrier", "local"] = "barrier", timeout: float = 3600.0, rendezvous_timeout: float = 120.0,
-        env: dict[str, str] | None = None, spark=None,
+        progress_timeout: float = 0.0, env: dict[str, str] | None = None, spark=None,
         on_progress: Callable[[int, dict], None] | None = None, **kwargs: Any) -> list[Any]:
     """Runs fn(*args, **kwargs) on num_proc Horovod ranks and returns their results in rank order.
 
     num_proc=0 means every task slot of the cluster (barrier) or every CPU core (local). `spark` is the
     session to launch on (default: the active one). `on_progress(rank, record)` receives the records
-    ranks report; by default rank 0's are logged.
+    ranks report; by default rank 0's are logged. With progress_timeout > 0, a rank that sends nothing
+    (no log line, progress record or `current_rank().heartbeat()`) for that many seconds fails the launch.
     """
     if mode not in ("barrier", "local"):
         raise SparkmlParError(f"launch mode {mode!r} is not known; use 'barrier' or 'local'")
@@ -47,7 +48,8 @@ def run(fn: Callable[..., Any], *args: Any, num_proc: int = 0, use_gpu: bool = F
         with DriverChannel(LOOPBACK, progress) as channel:
             spec = _spec(fn, args, kwargs, env, channel, timeout, use_gpu)
             job = LocalJob(spec, num_proc)
-            return supervise(job, channel, num_proc, timeout, rendezvous_timeout, f"local launch of {num_proc} ranks")
+            return supervise(job, channel, num_proc, timeout, rendezvous_timeout, f"local launch of {num_proc} ranks",
+                             progress_timeout)
 
     sc = _spark_context(spark)
     slots = check_barrier_launch(sc, num_proc)
@@ -57,7 +59,7 @@ def run(fn: Callable[..., Any], *args: Any, num_proc: int = 0, use_gpu: bool = F
         spec = _spec(fn, args, kwargs, env, channel, timeout, use_gpu)
         what = f"barrier stage of {num_proc} ranks"
         job = BarrierJob(sc, spec, num_proc, f"sparkml_par: {getattr(fn, '__name__', 'fn')} on {num_proc} ranks")
-        return supervise(job, channel, num_proc, timeout, rendezvous_timeout, what)
+        return supervise(job, channel, num_proc, timeout, rendezvous_timeout, what, progress_timeout)
 
 
 def _spec(fn, args, kwargs, env, channel: DriverChannel, timeout: float, use_gpu: bool) -> RankSpec:

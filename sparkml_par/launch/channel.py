@@ -33,6 +33,11 @@ class RankStatus:
     finished: dict[int, float] = field(default_factory=dict)
     failures: dict[int, dict[str, Any]] = field(default_factory=dict)
     hosts: dict[int, str] = field(default_factory=dict)
+    last_seen: dict[int, float] = field(default_factory=dict)  # any message, heartbeats included
+
+    def first_failure(self) -> dict[str, Any] | None:
+        """The failure that arrived first: the others are usually ranks losing their peer in a collective."""
+        return min(self.failures.values(), key=lambda f: f["received"], default=None)
 
 
 class DriverChannel:
@@ -75,6 +80,7 @@ class DriverChannel:
         kind = message.get("type")
         now = time.time()
         with self._lock:
+            self.status.last_seen[rank] = now
             if kind == "log":
                 log.info("[rank %d] %s", rank, message.get("line", ""))
             elif kind == "started":
@@ -87,7 +93,7 @@ class DriverChannel:
             elif kind == "finished":
                 self.status.finished[rank] = now
             elif kind == "failed":
-                self.status.failures[rank] = message
+                self.status.failures[rank] = {**message, "received": now}
             elif kind == "rendezvous":
                 self._rendezvous_address = list(message["address"])
                 self._rendezvous_known.set()

@@ -53,9 +53,18 @@ class RankContext:
     channel: RankChannel
     gpu_addresses: tuple[str, ...]
 
+    last_heartbeat: float = 0.0
+
     def report(self, record: dict) -> None:
         """Send a progress record (e.g. one epoch's metrics) to the driver as it happens."""
         self.channel.send("progress", record=record)
+
+    def heartbeat(self) -> None:
+        """Tell the driver this rank still makes progress (call it every step; sends at most once a second)."""
+        now = time.monotonic()
+        if now - self.last_heartbeat >= 1.0:
+            self.last_heartbeat = now
+            self.channel.send("heartbeat")
 
 
 _current: RankContext | None = None

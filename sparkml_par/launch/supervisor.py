@@ -38,7 +38,8 @@ class Job(Protocol):
 
 
 def supervise(job: Job, channel: DriverChannel, num_proc: int, timeout: float, rendezvous_timeout: float,
-              what: str) -> list[Any]:
+              what: str, progress_timeout: float = 0.0) -> list[Any]:
+    """Waits for the job; progress_timeout > 0 fails it when an initialized rank sends nothing for that long."""
     submitted = time.monotonic()
     launch_logged = False
     try:
@@ -46,16 +47,25 @@ def supervise(job: Job, channel: DriverChannel, num_proc: int, timeout: float, r
             status = channel.status
             now = time.monotonic()
             if status.failures:
-                rank = min(status.failures)
                 job.cancel()
                 job.wait(10)
-                raise _rank_error(status.failures[rank])
+                raise _rank_error(status.first_failure())
             if not launch_logged and len(status.initialized) == num_proc:
                 log.info("%s: %d ranks initialized in %.2f s", what, num_proc, now - submitted)
                 launch_logged = True
             if len(status.initialized) < num_proc and now - submitted > rendezvous_timeout:
                 job.cancel()
                 raise LaunchError(_rendezvous_timeout_message(what, status, num_proc, rendezvous_timeout))
+            if progress_timeout and len(status.initialized) == num_proc:
+                silent = sorted(rank for rank in range(num_proc) if rank not in status.finished
+                                and time.time() - status.last_seen.get(rank, 0.0) > progress_timeout)
+                if silent:
+                    job.cancel()
+                    raise LaunchError(
+                        f"{what}: ranks {silent} made no progress for {progress_timeout:g} s (no step, log or "
+                        f"heartbeat); the stage was cancelled instead of waiting forever. A stalled rank is "
+                        f"usually stuck in I/O or in a collective another rank never joined; raise "
+                        f"train.step_timeout if steps are legitimately that slow", rank=silent[0])
             if now - submitted > timeout:
                 job.cancel()
                 raise LaunchError(f"{what}: did not finish within timeout={timeout:g} s; the stage was cancelled "
@@ -69,9 +79,8 @@ def supervise(job: Job, channel: DriverChannel, num_proc: int, timeout: float, r
     except LaunchError:
         raise
     except Exception as exc:
-        failures = channel.status.failures
-        if failures:
-            raise _rank_error(failures[min(failures)]) from None
+        if channel.status.failures:
+            raise _rank_error(channel.status.first_failure()) from None
         if match := _FAILURE_PATTERN.search(str(exc)):
             raise _rank_error(json.loads(match.group(1))) from None
         raise LaunchError(f"{what}: failed before any rank reported an error:\n{_python_error(str(exc))}") from exc

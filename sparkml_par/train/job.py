@@ -98,7 +98,8 @@ def train(spark, cfg: Config) -> TrainResult:
              cfg.train.epochs)
     started = time.monotonic()
     results = launch.run(train_rank, job, num_proc=num_proc, mode=cfg.train.launcher, use_gpu=cfg.spark.use_gpu,
-                         timeout=cfg.train.timeout, spark=spark, on_progress=_log_epoch(cfg.train.epochs))
+                         timeout=cfg.train.timeout, progress_timeout=cfg.train.step_timeout, spark=spark,
+                         on_progress=_log_epoch(cfg.train.epochs))
     chief = results[0]
     return TrainResult(history=chief["history"], test=chief["test"], artifact=chief["artifact"],
                        epochs_run=chief["epochs_run"], stopped_early=chief["stopped_early"],

@@ -141,7 +141,10 @@ def train_rank(job: TrainJob) -> dict[str, Any]:
 def _train_epoch(model, optimizer, schedule, scaler, data: ShardBatches, epoch: int, steps: int, cfg: TrainConfig,
                  task: str, device: torch.device, state: _State) -> tuple[dict[str, float], bool]:
     sums = zero_sums(task, device)
+    context = current_rank()
     for index, (x, y) in enumerate(data.epoch(epoch, steps)):
+        if context is not None:
+            context.heartbeat()
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         sums += _forward_backward(model, x, y, task, cfg, scaler, device)
         if (index + 1) % cfg.accumulation_steps == 0:
