@@ -203,7 +203,7 @@ def test_pruning_stops_weak_trials_by_successive_halving():
         for epoch in range(1, 10):
             control.report(epoch, lr + 1.0 / epoch)  # a smaller lr is better at every epoch
             if control.wait_for_stop(0.05):
-                break
+                return TrialOutcome("failed", error="cancelled")  # what a cancelled Spark job comes to
             epochs_run[request.number] = epoch
         return TrialOutcome("complete", score=lr + 1.0 / 9)
 
@@ -217,6 +217,19 @@ def test_pruning_stops_weak_trials_by_successive_halving():
     assert all(t.value == pytest.approx(t.params["train.lr"] + 1.0 / (max(t.intermediate_values))) for t in pruned)
     assert search.study.best_trial.state.name == "COMPLETE"
     assert min(t.params["train.lr"] for t in complete) <= min(t.params["train.lr"] for t in pruned)
+
+
+def test_a_trial_that_finished_before_the_stop_request_stays_complete():
+    tune = _tune(_space(lr=ParamSpace("uniform", 0.0, 1.0)), method="random", trials=1, parallelism=1)
+    search = _search(tune)
+
+    def evaluate(request, control):
+        control.report(1, math.nan)  # the last epoch, read after the task had already returned
+        control.wait_for_stop(5)
+        return TrialOutcome("complete", score=0.25)
+
+    run_search(search, evaluate, 1)
+    assert search.study.trials[0].state.name == "COMPLETE" and search.study.trials[0].value == 0.25
 
 
 def test_without_prune_no_trial_is_stopped():

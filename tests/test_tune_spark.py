@@ -97,16 +97,16 @@ def test_grid_covers_the_grid_and_failing_trials_do_not_stop_it(spark, dataset, 
 
 
 def test_trials_run_concurrently_and_the_best_is_retrained(spark, dataset, tmp_path):
-    # About 24 forward passes of 0.1 s: each trial trains for 2.4 s or more.
+    # About 24 forward passes of 0.2 s: each trial trains for about 5 s, far longer than a worker takes to start.
     cfg = _config(dataset, tmp_path, "tune.method=random", "tune.trials=2", "tune.parallelism=2", "tune.retrain=true",
-                  "train.model=test_tune_spark:paced_mlp", "train.model_args={seconds: 0.1}",
+                  "train.model=test_tune_spark:paced_mlp", "train.model_args={seconds: 0.2}",
                   "tune.space={train.lr: {type: loguniform, low: 1.0e-3, high: 1.0e-1}}")
     result = tune(spark, cfg)
 
     (a_start, a_end), (b_start, b_end) = (_interval(r) for r in result.trials)
     # Start and end are taken inside the tasks: the two trials trained at the same time, in two processes.
-    assert min(a_end, b_end) - max(a_start, b_start) > timedelta(seconds=1), result.trials
-    assert min(a_end - a_start, b_end - b_start) > timedelta(seconds=2)
+    assert min(a_end, b_end) - max(a_start, b_start) > timedelta(seconds=0.5), result.trials
+    assert min(a_end - a_start, b_end - b_start) > timedelta(seconds=4)
     assert result.trials[0]["pid"] != result.trials[1]["pid"]
     assert len({json.dumps(r["params"]) for r in result.trials}) == 2
     retrained = result.retrained

@@ -89,6 +89,7 @@ def plot_scores(rows: list[dict[str, Any]], metric: str, direction: str, path: P
     """Score of every trial by number, the best so far as a step line, failed trials as marks at the bottom."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     figure = Figure(figsize=(7, 4), dpi=100)
     FigureCanvasAgg(figure)  # draws without a display, whatever matplotlib's global backend is
@@ -109,6 +110,7 @@ def plot_scores(rows: list[dict[str, Any]], metric: str, direction: str, path: P
     if failed:
         bottom = axes.get_ylim()[0] if complete else 0.0
         axes.scatter(failed, [bottom] * len(failed), marker="x", color="tab:red", label="failed", zorder=3)
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_xlabel("trial")
     axes.set_ylabel(f"{metric} ({direction})")
     axes.set_title(f"{metric} by trial")

@@ -94,8 +94,9 @@ def _evaluate_in_thread(evaluate: Evaluate, request: TrialRequest, control: Tria
         # scheduler waits for every trial's outcome, so this thread must post one whatever happened
         log.debug("trial %d raised:\n%s", request.number, traceback.format_exc())
         outcome = TrialOutcome("failed", error=f"{type(exc).__name__}: {exc}", started=started, finished=time.time())
-    if control.stop_reason is not None:
-        # The trial stopped because it was told to: its outcome is what the scheduler decided.
+    if control.stop_reason is not None and outcome.status != "complete":
+        # The trial stopped because it was told to: its outcome is what the scheduler decided. One that
+        # finished all its epochs before the request reached it keeps its complete result.
         status = "pruned" if control.stop_reason == "pruned" else "failed"
         outcome = TrialOutcome(status, error=None if status == "pruned" else control.stop_message,
                                started=outcome.started or started, finished=outcome.finished or time.time(),
@@ -111,7 +112,7 @@ def _on_progress(search: Search, control: TrialControl | None, step: int, value:
         control.request_stop(reason, f"diverged: the metric is {value} at step {step}")
     elif reason == "pruned":
         control.request_stop(reason, f"pruned at step {step} (value {value:.4g})")
-    log.info("trial %d step %d: %.4g%s", control.number, step, value, f" -> {reason}" if reason else "")
+    log.info("trial %d step %d: %.4g%s", control.number, step, value, f", stopping it ({reason})" if reason else "")
 
 
 def _log_finished(frozen, search: Search) -> None:

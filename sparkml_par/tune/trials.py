@@ -138,7 +138,7 @@ class SparkTrials:
             epochs_seen = _report_new_epochs(metrics, metric, epochs_seen, control)
             if time.time() - submitted > timeout and not control.stop_requested():
                 control.request_stop("timeout", f"did not finish within train.timeout={timeout:g} s")
-            if control.stop_requested():
+            if control.stop_requested() and thread.is_alive():
                 self._sc.cancelJobGroup(group)
                 thread.join()
         if "error" in box:
