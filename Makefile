@@ -19,7 +19,7 @@ $(STAMP): constraints.txt setup.cfg pyproject.toml scripts/build_horovod.sh
 	touch $(STAMP)
 
 quickstart: setup
-	$(VENV)/bin/sparkml-par smoke conf/quickstart.yaml
+	$(VENV)/bin/sparkml-par run conf/quickstart.yaml
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -1,0 +1,58 @@
+"""`sparkml-par run`: every stage once, then skips, forced re-runs and the run directory's contents."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sparkml_par.config import load_config
+from sparkml_par.pipeline import run_pipeline
+
+TINY = ["data.source=synthetic", "data.synthetic.rows=400", "data.synthetic.features=8", "data.synthetic.classes=3",
+        "data.max_shards=2", "train.model=mlp", "train.epochs=2", "train.batch_size=32", "train.num_proc=2"]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("pipeline")
+
+
+def _config(run_dir, *overrides):
+    return load_config(None, [*TINY, f"output.run_dir={run_dir}", f"data.output={run_dir}/dataset",
+                              f"train.output={run_dir}/model", f"score.output={run_dir}/predictions",
+                              f"tune.output={run_dir}/tune", *overrides])
+
+
+def test_first_run_runs_every_stage_and_fills_the_run_directory(spark, run_dir):
+    records = run_pipeline(spark, _config(run_dir))
+    assert list(records) == ["prepare", "train", "score", "report"]
+    assert not any(r.summary.get("skipped") for r in records.values())
+    assert (run_dir / "model" / "model" / "weights.pt").is_file()
+    assert (run_dir / "predictions" / "_metrics.json").is_file()
+    assert (run_dir / "report" / "index.html").is_file()
+    assert "train:" in (run_dir / "config.yaml").read_text()
+    stages = json.loads((run_dir / "stages.json").read_text())
+    assert set(stages) == {"prepare", "train", "score", "report"}
+    assert records["score"].summary["metrics"]["accuracy"] > 0.5
+
+
+def test_second_run_skips_every_unchanged_stage(spark, run_dir):
+    weights = (run_dir / "model" / "model" / "weights.pt").stat().st_mtime_ns
+    records = run_pipeline(spark, _config(run_dir))
+    assert records["prepare"].summary["skipped"]
+    assert records["train"].summary.get("skipped") and records["score"].summary.get("skipped")
+    assert (run_dir / "model" / "model" / "weights.pt").stat().st_mtime_ns == weights
+
+
+def test_changed_train_config_retrains_and_rescores_only(spark, run_dir):
+    records = run_pipeline(spark, _config(run_dir, "train.epochs=3"))
+    assert records["prepare"].summary["skipped"]
+    assert not records["train"].summary.get("skipped") and records["train"].summary["epochs_run"] == 3
+    assert not records["score"].summary.get("skipped")
+
+
+def test_from_stage_forces_that_stage_and_the_later_ones(spark, run_dir):
+    records = run_pipeline(spark, _config(run_dir, "train.epochs=3", "output.from_stage=score"))
+    assert records["train"].summary.get("skipped")
+    assert not records["score"].summary.get("skipped")
