@@ -193,7 +193,7 @@ def _training_section(cfg: Config, plots: _Plots) -> Section:
     if not history:
         return Section("training", "Training", _p(_absent(cfg.train.output, "training metrics (metrics.jsonl)")),
                        ran=False)
-    parts = [_p(f"{len(history)} epochs in {cfg.train.output}"
+    parts = [_p(f"epochs run: {len(history)}, in {cfg.train.output}"
                 + (" (stopped early)" if model_metrics.get("stopped_early") else ""))]
     parts.append(_img(_plot_curves(history, plots), "loss and metric per epoch, train and validation"))
     if any("samples_per_sec" in r for r in history):

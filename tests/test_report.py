@@ -166,7 +166,7 @@ def test_classification_run_shows_every_section_with_valid_plots(tmp_path):
     for shown in ("1234", "1200", "null:f0", ">30<", "out_of_range:f1", ">4<", "960", "-3.25", "0.0123", "401"):
         assert shown in data, shown
     training = page.section_text(raw, "training")
-    assert "3 epochs" in training and "0.8765" in training and "0.3456" in training and "483" in training
+    assert "epochs run: 3" in training and "0.8765" in training and "0.3456" in training and "483" in training
     tuning = page.section_text(raw, "tuning")
     assert "best: trial 1, val_loss=0.41 (train.lr=0.003)" in tuning and "failed" in tuning
     scoring = page.section_text(raw, "scoring")
