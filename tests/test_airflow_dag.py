@@ -33,7 +33,8 @@ result = {"import_errors": {path: str(error) for path, error in bag.import_error
           "dag_ids": sorted(bag.dag_ids), "tasks": {}}
 dag = bag.dags.get("sparkml_par_pipeline")
 if dag is not None:
-    result.update(schedule=str(dag.schedule_interval), cron=dag.timetable.summary, catchup=dag.catchup, max_active_runs=dag.max_active_runs)
+    result.update(schedule=str(dag.schedule_interval), cron=dag.timetable.summary, catchup=dag.catchup,
+                  max_active_runs=dag.max_active_runs)
     context = {"ds": sys.argv[2], "var": {"value": VariableAccessor(deserialize_json=False)}}
     for task in dag.topological_sort():
         for name in task.template_fields:
