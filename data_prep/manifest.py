@@ -162,16 +162,21 @@ def create_staging(spark, output_url: str) -> str:
 
 def publish(spark, staging: str, output_url: str, manifest: dict[str, Any]) -> None:
     """Writes the manifest last, then renames the staging directory onto the output."""
-    fs = HadoopFs(spark, output_url)
-    write_json(fs, f"{staging}/{MANIFEST_NAME}", manifest)
+    write_json(HadoopFs(spark, output_url), f"{staging}/{MANIFEST_NAME}", manifest)
+    replace_directory(spark, staging, output_url, "dataset")
+
+
+def replace_directory(spark, staging: str, url: str, what: str) -> None:
+    """Renames a finished staging directory onto url; what was there is moved aside first, deleted last."""
+    fs = HadoopFs(spark, url)
     retired = None
-    if fs.exists(output_url):
-        retired = f"{output_url}.old-{uuid.uuid4().hex[:12]}"
-        if not fs.rename(output_url, retired):
-            raise SparkmlParError(f"could not move the old dataset {output_url!r} aside to {retired!r}; "
+    if fs.exists(url):
+        retired = f"{url}.old-{uuid.uuid4().hex[:12]}"
+        if not fs.rename(url, retired):
+            raise SparkmlParError(f"could not move the old {what} {url!r} aside to {retired!r}; "
                                   f"check permissions on its parent directory")
-    if not fs.rename(staging, output_url):
-        raise SparkmlParError(f"could not rename {staging!r} to {output_url!r}; the finished dataset is "
+    if not fs.rename(staging, url):
+        raise SparkmlParError(f"could not rename {staging!r} to {url!r}; the finished {what} is "
                               f"left at {staging!r}")
     if retired is not None:
         fs.delete(retired)

@@ -13,7 +13,7 @@ import json
 import uuid
 from typing import Any
 
-from data_prep.manifest import HadoopFs, qualify_url
+from data_prep.manifest import HadoopFs, qualify_url, replace_directory
 from sparkml_par.errors import SparkmlParError
 
 METRICS_FILE = "_metrics.json"
@@ -41,18 +41,7 @@ def write_metrics_file(spark, staging: str, payload: dict[str, Any]) -> None:
 
 def publish(spark, staging: str, url: str) -> None:
     """Renames the finished staging directory onto the output, replacing an earlier run's predictions."""
-    fs = HadoopFs(spark, url)
-    retired = None
-    if fs.exists(url):
-        retired = f"{url}.old-{uuid.uuid4().hex[:12]}"
-        if not fs.rename(url, retired):
-            raise SparkmlParError(f"could not move the earlier predictions {url!r} aside to {retired!r}; check "
-                                  f"permissions on its parent directory")
-    if not fs.rename(staging, url):
-        raise SparkmlParError(f"could not rename {staging!r} to {url!r}; the finished predictions are left at "
-                              f"{staging!r}")
-    if retired is not None:
-        fs.delete(retired)
+    replace_directory(spark, staging, url, "predictions")
 
 
 def discard(spark, staging: str) -> None:
