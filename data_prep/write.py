@@ -6,9 +6,10 @@ was measured at about a tenth of a plain Parquet write, so no column goes throug
 
 Row-group layout: petastorm hands row group i (in file-path order) to shard i % shard_count. So each
 split gets a row-group count that is a multiple of data.max_shards, with near-equal rows per group:
-a round-robin repartition gives every file the same row count (within the number of input partitions),
-and each file is one row group. Parquet 1.15 (Spark 4.0) has no row-count limit for row groups, and
-its size-based cut is approximate, so one group per file is the only exact layout Spark can write.
+a round-robin repartition gives every write task the same row count (within the number of input
+partitions), maxRecordsPerFile cuts each task's rows into the same number of files, and each file is
+one row group. Parquet 1.15 (Spark 4.0) has no row-count limit for row groups and its size-based cut
+is approximate, so one group per file is the exact layout Spark's own writer can produce.
 """
 
 from __future__ import annotations
@@ -33,15 +34,20 @@ _SMALL_SPLIT_ROWS = 100_000
 
 @dataclass(frozen=True)
 class Layout:
-    """How one split is cut: row_groups files of one row group each, at most row_limit rows per file."""
+    """How one split is cut: `tasks` write tasks, each writing row_groups / tasks files of one row group.
+
+    row_limit is at most this many rows per file; when a task writes several files, Spark's
+    maxRecordsPerFile cuts them at row_limit, and the task's last file takes the rest.
+    """
 
     row_groups: int
+    tasks: int
     row_limit: int
     single_input: bool
 
 
 def plan_layout(rows: int, row_bytes: int, row_group_mb: float, max_shards: int, input_partitions: int,
-                split: str = "split") -> Layout:
+                parallelism: int = 1, split: str = "split") -> Layout:
     """A row-group count that is a multiple of max_shards, as close to the size target as allowed."""
     if rows < max_shards:
         raise SparkmlParError(
@@ -50,11 +56,23 @@ def plan_layout(rows: int, row_bytes: int, row_group_mb: float, max_shards: int,
     target_rows = max(1, int(row_group_mb * MIB // max(row_bytes, 1)))
     per_shard = max(1, math.ceil(rows / (target_rows * max_shards)))
     row_groups = max_shards * min(per_shard, rows // max_shards)
-    # Each input partition deals its rows to the files in turn, so files differ by at most one row per
+    # Each input partition deals its rows to the tasks in turn, so tasks differ by at most one row per
     # input partition; small splits are first gathered into one partition, which makes them differ by one.
     single_input = rows <= _SMALL_SPLIT_ROWS or input_partitions <= 1 or rows // row_groups <= 2 * input_partitions
     spread = 1 if single_input else input_partitions
-    return Layout(row_groups=row_groups, row_limit=-(-rows // row_groups) + spread - 1, single_input=single_input)
+    if not single_input:
+        # Fewer write tasks than files: every task costs scheduling and a shuffle read, so keep about
+        # two per core, each cutting its rows into equal files.
+        for tasks in range(min(row_groups, 2 * max(parallelism, 1)), 0, -1):
+            per_task = row_groups // tasks
+            if row_groups % tasks or per_task == 1:
+                continue
+            low, high = math.ceil(rows / tasks - spread), math.floor(rows / tasks + spread)
+            limit = math.ceil(high / per_task)
+            if low > (per_task - 1) * limit:  # every task fills exactly per_task files
+                return Layout(row_groups=row_groups, tasks=tasks, row_limit=limit, single_input=False)
+    return Layout(row_groups=row_groups, tasks=row_groups, row_limit=-(-rows // row_groups) + spread - 1,
+                  single_input=single_input)
 
 
 def estimate_row_bytes(schema, shapes: dict[str, tuple[int, ...]]) -> int:
@@ -147,18 +165,20 @@ def write_split(spark, df, url: str, rows: int, *, shapes: dict[str, tuple[int, 
 
     partitions = df.rdd.getNumPartitions()
     row_bytes = estimate_row_bytes(df.schema, shapes)
-    layout = plan_layout(rows, row_bytes, row_group_mb, max_shards, partitions, split)
+    layout = plan_layout(rows, row_bytes, row_group_mb, max_shards, partitions,
+                         spark.sparkContext.defaultParallelism, split)
     schema = unischema_from_spark(f"sparkml_par_{split}", df.schema, shapes)
-    log.info("%s: %d rows -> %d files of one row group (<= %d rows each)", split, rows, layout.row_groups,
-             layout.row_limit)
+    log.info("%s: %d rows -> %d files of one row group (<= %d rows each) from %d tasks", split, rows,
+             layout.row_groups, layout.row_limit, layout.tasks)
     # The checkpoint keeps the one partition: the optimizer would fold coalesce(1) into the repartition.
     source = df.coalesce(1).localCheckpoint(eager=True) if layout.single_input else df
     # Far above one file's size, so that Parquet never cuts a second row group into a file.
     block_bytes = max(256 * MIB, 8 * layout.row_limit * row_bytes)
+    writer = source.repartition(layout.tasks).write.option("parquet.block.size", str(block_bytes))
+    if layout.tasks < layout.row_groups:
+        writer = writer.option("maxRecordsPerFile", str(layout.row_limit))
     with materialize_dataset(spark, url, schema), _round_robin_without_sort(spark):
-        (source.repartition(layout.row_groups).write
-         .option("parquet.block.size", str(block_bytes))
-         .parquet(url))
+        writer.parquet(url)
     files = read_file_counts(spark, url)
     written = sum(groups for _, groups in files.values())
     if written != layout.row_groups or sum(n for n, _ in files.values()) != rows:

@@ -26,7 +26,15 @@ def test_layout_row_groups_are_a_multiple_of_max_shards_with_near_equal_rows(row
     assert layout.row_groups % max_shards == 0 and layout.row_groups <= rows
     assert layout.row_limit * layout.row_groups >= rows
     spread = 1 if layout.single_input else partitions
+    assert layout.row_groups % layout.tasks == 0
     assert layout.row_limit <= -(-rows // layout.row_groups) + spread
+
+
+def test_layout_uses_few_write_tasks_for_large_splits():
+    layout = plan_layout(2_000_000, 140, 4.0, 8, 2, parallelism=2)
+    assert layout.tasks <= 4 and layout.row_groups // layout.tasks > 1
+    small = plan_layout(1797, 300, 4.0, 8, 2, parallelism=2)
+    assert small.single_input and small.tasks == small.row_groups
 
 
 def test_layout_keeps_row_groups_near_the_size_target():
@@ -139,7 +147,8 @@ def test_make_batch_reader_shards_are_balanced_and_complete(written, shards):
 
 
 def test_large_split_from_many_partitions_keeps_row_groups_equal(spark, tmp_path):
-    """Above the small-split size the write shuffles round-robin from every input partition."""
+    """Above the small-split size the write shuffles round-robin from every input partition into 4 tasks
+    (2 per core of local[2]), each cutting its rows into equal files."""
     from pyspark.sql import functions as F
 
     rows = 150_001
@@ -153,10 +162,11 @@ def test_large_split_from_many_partitions_keeps_row_groups_equal(spark, tmp_path
         sizes.append(meta.num_rows)
     assert len(sizes) == info["row_groups"] and len(sizes) % 6 == 0 and len(sizes) > 6
     assert sum(sizes) == rows
-    # Files differ by at most one row per input partition, so shards (every 6th group) are balanced too.
-    assert max(sizes) - min(sizes) <= 5
+    # Tasks differ by at most one row per input partition (5); a task's last file takes its remainder.
+    per_task = len(sizes) // 4
+    assert max(sizes) - min(sizes) <= 2 * 5 + per_task
     shard_rows = [sum(sizes[s::6]) for s in range(6)]
-    assert max(shard_rows) - min(shard_rows) <= 5 * len(sizes) // 6
+    assert max(shard_rows) - min(shard_rows) <= max(sizes)
 
 
 def test_binary_and_string_columns_round_trip_through_make_reader(spark, tmp_path):
