@@ -109,8 +109,9 @@ def test_constant_without_scheduler():
 
 
 def test_plateau_decays_after_patience_in_min_mode():
-    cfg = TrainConfig(lr=1.0, scheduler="plateau", gamma=0.5, early_stopping=EarlyStoppingConfig(mode="min"))
-    # torch's default patience is 10: the 11th epoch without improvement decays the learning rate.
+    cfg = TrainConfig(lr=1.0, scheduler="plateau", gamma=0.5, plateau_patience=10,
+                      early_stopping=EarlyStoppingConfig(mode="min"))
+    # With plateau_patience 10, the 11th epoch without improvement decays the learning rate.
     metrics = [1.0, 0.9] + [0.95] * 12
     lrs = _lrs_per_epoch(cfg, len(metrics), metrics)  # lrs[k] is the learning rate after epoch k
     assert lrs[:13] == [1.0] * 13 and lrs[13:] == [0.5, 0.5]
@@ -118,10 +119,17 @@ def test_plateau_decays_after_patience_in_min_mode():
 
 def test_plateau_follows_early_stopping_mode_and_min_delta():
     stopping = EarlyStoppingConfig(mode="max", min_delta=0.1)
-    cfg = TrainConfig(lr=1.0, scheduler="plateau", gamma=0.5, early_stopping=stopping)
+    cfg = TrainConfig(lr=1.0, scheduler="plateau", gamma=0.5, plateau_patience=10, early_stopping=stopping)
     # Rising accuracy keeps the learning rate; rises smaller than min_delta count as stalls.
     assert _lrs_per_epoch(cfg, 12, [0.1 * i for i in range(12)])[-1] == 1.0
     assert _lrs_per_epoch(cfg, 12, [0.5 + 0.005 * i for i in range(12)])[-1] == 0.5
+
+
+def test_plateau_patience_comes_from_the_config():
+    cfg = TrainConfig(lr=1.0, scheduler="plateau", gamma=0.5, plateau_patience=2,
+                      early_stopping=EarlyStoppingConfig(mode="min"))
+    lrs = _lrs_per_epoch(cfg, 6, [1.0, 0.9, 0.95, 0.95, 0.95, 0.95])
+    assert lrs == [1.0, 1.0, 1.0, 1.0, 1.0, 0.5, 0.5]  # the rate before any epoch, then after each
 
 
 def test_plateau_needs_a_metric_and_gamma_below_one():
