@@ -43,4 +43,5 @@ def test_a_user_error_exits_non_zero_with_the_message(tmp_path):
     done = _spark_submit("local[2]", "train.py", "--config", str(ROOT / "conf/quickstart.yaml"),
                          f"data.output={tmp_path}/missing")
     assert done.returncode == 2
-    assert "error: no dataset at data.output=" in done.stderr
+    # spark-submit's PythonRunner merges the script's stderr into its stdout.
+    assert "error: no dataset at data.output=" in done.stdout
