@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from sparkml_par.config import Config, load_config
 from sparkml_par.infer.publish import METRICS_FILE
+from sparkml_par.progress import spark_progress
 from sparkml_par.session import spark_session
 
 log = logging.getLogger("sparkml_par.pipeline")
@@ -81,7 +82,8 @@ def run_pipeline(spark, cfg: Config) -> dict[str, StageRecord]:
             log.info("%s ...", position)
             stage_started = time.monotonic()
             # Work may continue from its own partial output only if nothing changed and nothing was forced.
-            output, summary = work(STAGES.index(name) < forced and state.matches(name, fp))
+            with spark_progress(spark):
+                output, summary = work(STAGES.index(name) < forced and state.matches(name, fp))
             record = StageRecord(fp, output, time.monotonic() - stage_started, summary)
             state.record(name, record)
             log.info("%s done in %.1f s", position, record.seconds)

@@ -56,3 +56,27 @@ def test_from_stage_forces_that_stage_and_the_later_ones(spark, run_dir):
     records = run_pipeline(spark, _config(run_dir, "train.epochs=3", "output.from_stage=score"))
     assert records["train"].summary.get("skipped")
     assert not records["score"].summary.get("skipped")
+
+
+def test_spark_progress_names_the_active_stage(spark):
+    import threading
+
+    from sparkml_par.progress import describe_active_stages
+
+    seen = []
+    done = threading.Event()
+
+    def watch():
+        tracker = spark.sparkContext.statusTracker()
+        while not done.is_set() and not seen:
+            line = describe_active_stages(tracker)
+            if line:
+                seen.append(line)
+            done.wait(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    spark.sparkContext.parallelize(range(4), 4).map(lambda x: __import__("time").sleep(1.5) or x).collect()
+    done.set()
+    watcher.join()
+    assert seen and seen[0].startswith("stage ") and "/4 tasks" in seen[0]
