@@ -1,0 +1,180 @@
+"""Per-step profile of a communication-bound step: Horovod's DistributedOptimizer next to DDP, data in memory.
+
+    .venv/bin/python -m benchmarks.train_steps                 # MLP 32-256-256-10, 128 rows per rank, 800 steps
+    .venv/bin/python -m benchmarks.train_steps --env HOROVOD_CYCLE_TIME=5 --rounds 3
+
+What the training benchmark's MLP row is made of, without the loader, the trainer's metrics or Spark
+between epochs: every rank steps the same model on one in-memory batch, one torch thread, and times
+forward + backward (Horovod's gradient hooks enqueue the all-reduces here; DDP runs its bucket
+all-reduce here) and `optimizer.step()` (Horovod waits for its all-reduces here). Horovod ranks are
+started by `sparkml_par.launch` (barrier stage, local[2]) as the trainer's are; the DDP ranks are two
+plain processes joined by torch.distributed gloo on loopback. Variants:
+
+- `hvd default`: `hvd.DistributedOptimizer` as sparkml_par.train.distributed builds it (one all-reduce
+  request per gradient tensor, fused by Horovod's background cycle);
+- `hvd groups=1`: the same with `groups=1`: all gradients go out as one grouped all-reduce, so one
+  negotiation per step (the trainer does not pass this today);
+- `hvd <NAME=value>`: the default optimizer with each --env Horovod setting.
+
+Mean and median ms per step over the steps after the first 50, rank 0; the rounds alternate the variants.
+Prints one table and writes benchmarks/results/train_steps.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import socket
+import statistics
+import sys
+import time
+from pathlib import Path
+
+RESULTS_PATH = Path(__file__).resolve().parent / "results" / "train_steps.json"
+HIDDEN = [256, 256]
+SKIP = 50
+
+
+def _model_and_data(batch: int):
+    import torch
+
+    from sparkml_par.models.registry import build_model
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = build_model("mlp", {"hidden": HIDDEN}, input_shape=(32,), num_outputs=10)
+    x, y = torch.randn(batch * 16, 32), torch.randint(0, 10, (batch * 16,))
+    return model, x, y
+
+
+def _timed_steps(model, optimizer, x, y, batch: int, steps: int) -> dict:
+    import torch.nn.functional as F
+
+    forward_backward, step, total = [], [], []
+    for i in range(steps):
+        start = (i % 16) * batch
+        t0 = time.perf_counter()
+        F.cross_entropy(model(x[start:start + batch]), y[start:start + batch]).backward()
+        t1 = time.perf_counter()
+        optimizer.step()
+        optimizer.zero_grad()
+        t2 = time.perf_counter()
+        forward_backward.append(t1 - t0)
+        step.append(t2 - t1)
+        total.append(t2 - t0)
+    return {"forward_backward_ms": 1e3 * statistics.median(forward_backward[SKIP:]),
+            "step_ms": 1e3 * statistics.median(step[SKIP:]),
+            "median_ms": 1e3 * statistics.median(total[SKIP:]), "mean_ms": 1e3 * statistics.mean(total[SKIP:])}
+
+
+def horovod_rank(batch: int, steps: int, groups: int | None) -> dict:
+    import horovod.torch as hvd
+    import torch
+
+    model, x, y = _model_and_data(batch)
+    optimizer = hvd.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=1e-3),
+                                         named_parameters=model.named_parameters(), op=hvd.Average, groups=groups)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.barrier()
+    return _timed_steps(model, optimizer, x, y, batch, steps)
+
+
+def _ddp_rank(rank: int, port: int, batch: int, steps: int, out) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    model, x, y = _model_and_data(batch)
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    model = DistributedDataParallel(model)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    dist.barrier()
+    out.put((rank, _timed_steps(model, optimizer, x, y, batch, steps)))
+    dist.destroy_process_group()
+
+
+def ddp(batch: int, steps: int) -> dict:
+    import torch.multiprocessing as mp
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    context = mp.get_context("spawn")
+    out = context.Queue()
+    processes = [context.Process(target=_ddp_rank, args=(rank, port, batch, steps, out), daemon=True)
+                 for rank in range(2)]
+    for process in processes:
+        process.start()
+    results = dict(out.get(timeout=600) for _ in processes)
+    for process in processes:
+        process.join(30)
+    return results[0]
+
+
+def run(args: argparse.Namespace) -> list[dict]:
+    from sparkml_par import launch
+    from sparkml_par.config import SparkConfig
+    from sparkml_par.session import get_or_create_session
+
+    env_variants = {}
+    for pair in args.env:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.startswith("HOROVOD_"):
+            raise SystemExit(f"--env {pair!r}: expected HOROVOD_NAME=value")
+        env_variants[f"hvd {pair}"] = {key: value}
+    spark, created = get_or_create_session(SparkConfig(master="local[2]", app_name="sparkml_par step profile"))
+    runs: dict[str, list[dict]] = {"ddp (torch gloo)": [], "hvd default": [], "hvd groups=1": [],
+                                   **{name: [] for name in env_variants}}
+    try:
+        for round_index in range(args.rounds):
+            print(f"round {round_index + 1}/{args.rounds} ...", flush=True)
+            runs["ddp (torch gloo)"].append(ddp(args.batch, args.steps))
+            for name, groups, env in [("hvd default", None, {}), ("hvd groups=1", 1, {}),
+                                      *((name, None, env) for name, env in env_variants.items())]:
+                records = launch.run(horovod_rank, args.batch, args.steps, groups, num_proc=2, spark=spark, env=env,
+                                     on_progress=lambda rank, record: None)
+                runs[name].append(records[0])
+    finally:
+        if created:
+            spark.stop()
+    baseline = statistics.median(r["mean_ms"] for r in runs["ddp (torch gloo)"])
+    rows = []
+    for name, records in runs.items():
+        row = {"variant": name, **{key: statistics.median(r[key] for r in records) for key in records[0]}}
+        row["ddp_time_ratio"] = baseline / row["mean_ms"]  # > 1: faster than DDP
+        rows.append(row)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({"settings": vars(args) | {"json": str(args.json)}, "runs": runs, "rows": rows},
+                                    indent=1))
+    print(f"\n{'variant':<28} {'fwd+bwd ms':>10} {'step ms':>8} {'median ms':>9} {'mean ms':>8} {'DDP/this':>9}")
+    for row in rows:
+        print(f"{row['variant']:<28} {row['forward_backward_ms']:>10.2f} {row['step_ms']:>8.2f} "
+              f"{row['median_ms']:>9.2f} {row['mean_ms']:>8.2f} {row['ddp_time_ratio']:>8.2f}x")
+    print(f"\nMLP 32-{'-'.join(map(str, HIDDEN))}-10, {args.batch} rows per rank, 2 ranks, 1 torch thread, in-memory "
+          f"batches; rank 0, steps {SKIP + 1}..{args.steps}, median over {args.rounds} alternating rounds. "
+          f"DDP/this = DDP's mean step time / this variant's (>= 1: as fast as DDP or faster).")
+    print(f"written: {args.json}")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.train_steps", description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=800)
+    parser.add_argument("--batch", type=int, default=128, help="rows per rank per step")
+    parser.add_argument("--env", action="append", default=[], metavar="HOROVOD_NAME=value",
+                        help="also time the default optimizer with this Horovod setting (repeatable)")
+    parser.add_argument("--json", type=Path, default=RESULTS_PATH)
+    args = parser.parse_args(argv)
+    if args.rounds < 1 or args.steps <= SKIP:
+        raise SystemExit(f"--rounds must be at least 1 and --steps above {SKIP}")
+    run(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
