@@ -184,9 +184,6 @@ def summary(result: PrepareResult) -> str:
 
 def run(cfg: Config) -> int:
     """Entry point of `sparkml-par prepare`: builds the session, prepares the dataset, prints the summary."""
-    from sparkml_par.session import spark_session
+    from sparkml_par.session import run_stage
 
-    with spark_session(cfg.spark) as spark:
-        result = prepare(spark, cfg.data)
-    print(summary(result))
-    return 0
+    return run_stage(cfg, lambda spark: prepare(spark, cfg.data), summary)

@@ -11,7 +11,7 @@ import contextlib
 import logging
 import os
 import sys
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 from sparkml_par.config import SparkConfig
 from sparkml_par.errors import ConfigError
@@ -100,3 +100,11 @@ def spark_session(cfg: SparkConfig) -> Iterator:
     finally:
         if created:
             session.stop()
+
+
+def run_stage(cfg, work: Callable[[Any], Any], summarize: Callable[[Any], str]) -> int:
+    """A CLI stage: its work in a session for cfg.spark (an active one is reused), then its summary."""
+    with spark_session(cfg.spark) as spark:
+        result = work(spark)
+    print(summarize(result))
+    return 0

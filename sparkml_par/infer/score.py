@@ -118,9 +118,6 @@ def summary(result: ScoreResult) -> str:
 
 def run(cfg: Config) -> int:
     """Entry point of `sparkml-par score`."""
-    from sparkml_par.session import spark_session
+    from sparkml_par.session import run_stage
 
-    with spark_session(cfg.spark) as spark:
-        result = score_job(spark, cfg)
-    print(summary(result))
-    return 0
+    return run_stage(cfg, lambda spark: score_job(spark, cfg), summary)

@@ -137,9 +137,6 @@ def summary(result: TrainResult) -> str:
 
 def run(cfg: Config) -> int:
     """Entry point of `sparkml-par train`."""
-    from sparkml_par.session import spark_session
+    from sparkml_par.session import run_stage
 
-    with spark_session(cfg.spark) as spark:
-        result = train(spark, cfg)
-    print(summary(result))
-    return 0
+    return run_stage(cfg, lambda spark: train(spark, cfg), summary)

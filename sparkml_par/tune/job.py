@@ -136,9 +136,6 @@ def summary(result: TuneResult, metric: str) -> str:
 
 def run(cfg: Config) -> int:
     """Entry point of `sparkml-par tune`."""
-    from sparkml_par.session import spark_session
+    from sparkml_par.session import run_stage
 
-    with spark_session(cfg.spark) as spark:
-        result = tune(spark, cfg)
-    print(summary(result, cfg.tune.metric))
-    return 0
+    return run_stage(cfg, lambda spark: tune(spark, cfg), lambda result: summary(result, cfg.tune.metric))
