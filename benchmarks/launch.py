@@ -297,10 +297,10 @@ def ensure_baseline_venv(venv: Path = BASELINE_VENV, rebuild: bool = False) -> P
 class TorchDistributorBaseline:
     """The baseline script in --serve mode, in its own venv and JVM: one timed launch per request."""
 
-    def __init__(self, python: Path, num_proc: int, timeout: float = 600):
+    def __init__(self, python: Path, num_proc: int, timeout: float = 600, script: Path = BASELINE_SCRIPT):
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_", "SPARK_", "VIRTUAL_ENV"))}
         env.update(SPARK_LOCAL_IP=LOOPBACK, PYTHONUNBUFFERED="1")
-        self.command = [str(python), str(BASELINE_SCRIPT), "--serve", "--num-proc", str(num_proc)]
+        self.command = [str(python), str(script), "--serve", "--num-proc", str(num_proc)]
         self._timeout = timeout
         self._stderr = tempfile.TemporaryFile("w+")
         self._process = subprocess.Popen(self.command, env=env, cwd=BENCH_DIR, text=True, stdin=subprocess.PIPE,

@@ -55,7 +55,6 @@ import time
 from pathlib import Path
 from typing import Any
 import warnings
-from unittest import mock
 
 from benchmarks import launch as launch_bench
 from benchmarks.launch import BaselineUnavailable, TorchDistributorBaseline, ensure_baseline_venv
@@ -165,8 +164,7 @@ class DdpBaseline(TorchDistributorBaseline):
 
     def __init__(self, python: Path, num_proc: int, timeout: float = 400):
         # The launcher benchmark's client, pointed at this baseline's script (same venv, same protocol).
-        with mock.patch.object(launch_bench, "BASELINE_SCRIPT", DDP_SCRIPT):
-            super().__init__(python, num_proc, timeout)
+        super().__init__(python, num_proc, timeout, script=DDP_SCRIPT)
 
     def train(self, request: dict, attempts: int = 2) -> dict:
         """One run; a failed one (a gloo peer aborting on a busy machine happens) is tried again once."""
