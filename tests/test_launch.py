@@ -74,6 +74,22 @@ def stall_on_rank_one():
     return "unreachable"
 
 
+def die_on_rank_one_in_step_three():
+    """Rank 1's process is killed outright (SIGKILL: no exception, no last words) in its fourth step."""
+    import signal
+
+    import horovod.torch as hvd
+    import torch
+
+    for step in range(20):
+        launch.current_rank().report({"epoch": step})
+        if hvd.rank() == 1 and step == 3:
+            os.kill(os.getpid(), signal.SIGKILL)
+        hvd.allreduce(torch.ones(1000), name=f"step{step}")
+        time.sleep(0.2)
+    return "unreachable"
+
+
 def _check_collectives(results):
     assert [r["rank"] for r in results] == [0, 1]
     for r in results:
@@ -131,6 +147,15 @@ def test_rendezvous_timeout_names_the_missing_rank(spark):
     with pytest.raises(launch.LaunchError, match=r"ranks \[1\] of 2 did not reach the Horovod rendezvous "
                                                  r"within 6 s; ranks \[0\] were waiting for them"):
         launch.run(collectives, num_proc=2, rendezvous_timeout=6, env={STALL_BEFORE_RENDEZVOUS: "1"})
+
+
+def test_a_killed_rank_is_named_not_the_peer_that_lost_it(spark):
+    with pytest.raises(launch.LaunchError, match=r"^rank 1 on host 127.0.0.1 died without raising an error \(its "
+                                                 r"process exited: killed, out of memory, or a crash in native "
+                                                 r"code\) after its last progress record \{'epoch': 3\}") as info:
+        launch.run(die_on_rank_one_in_step_three, num_proc=2)
+    assert info.value.rank == 1
+    _check_collectives(launch.run(collectives, num_proc=2))
 
 
 def test_a_stalled_rank_is_named_instead_of_hanging(spark):

@@ -34,6 +34,9 @@ class RankStatus:
     failures: dict[int, dict[str, Any]] = field(default_factory=dict)
     hosts: dict[int, str] = field(default_factory=dict)
     last_seen: dict[int, float] = field(default_factory=dict)  # any message, heartbeats included
+    last_progress: dict[int, dict[str, Any]] = field(default_factory=dict)
+    # Ranks whose connection closed without "finished" or "failed": their process died.
+    lost: dict[int, float] = field(default_factory=dict)
 
     def first_failure(self) -> dict[str, Any] | None:
         """The failure that arrived first: the others are usually ranks losing their peer in a collective."""
@@ -71,6 +74,11 @@ class DriverChannel:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def _closed(self, rank: int) -> None:
+        with self._lock:
+            if rank >= 0 and rank not in self.status.finished and rank not in self.status.failures:
+                self.status.lost[rank] = time.time()
+
     def _wait_for_rendezvous(self, timeout: float) -> list | None:
         self._rendezvous_known.wait(timeout)
         return self._rendezvous_address
@@ -97,8 +105,10 @@ class DriverChannel:
             elif kind == "rendezvous":
                 self._rendezvous_address = list(message["address"])
                 self._rendezvous_known.set()
-            elif kind == "progress" and self._on_progress is not None:
-                self._on_progress(rank, message.get("record", {}))
+            elif kind == "progress":
+                self.status.last_progress[rank] = message.get("record", {})
+                if self._on_progress is not None:
+                    self._on_progress(rank, message.get("record", {}))
 
 
 class _Server(socketserver.ThreadingTCPServer):
@@ -113,17 +123,20 @@ def _handler_for(channel: DriverChannel):
             first = self.rfile.readline(256).decode("ascii", "replace").strip()
             if not hmac.compare_digest(first, channel.token):
                 return
+            rank = -1
             for raw in self.rfile:
                 try:
                     message = json.loads(raw)
                 except ValueError:
                     continue
+                rank = int(message.get("rank", rank))
                 if message.get("type") == "await_rendezvous":
                     address = channel._wait_for_rendezvous(float(message.get("timeout", 60)))
                     self.wfile.write(json.dumps({"address": address}).encode() + b"\n")
                     self.wfile.flush()
                 else:
                     channel._receive(message)
+            channel._closed(rank)
     return Handler
 
 

@@ -49,7 +49,7 @@ def supervise(job: Job, channel: DriverChannel, num_proc: int, timeout: float, r
             if status.failures:
                 job.cancel()
                 job.wait(10)
-                raise _rank_error(status.first_failure())
+                raise _failure_error(status)
             if not launch_logged and len(status.initialized) == num_proc:
                 log.info("%s: %d ranks initialized in %.2f s", what, num_proc, now - submitted)
                 launch_logged = True
@@ -79,8 +79,8 @@ def supervise(job: Job, channel: DriverChannel, num_proc: int, timeout: float, r
     except LaunchError:
         raise
     except Exception as exc:
-        if channel.status.failures:
-            raise _rank_error(channel.status.first_failure()) from None
+        if channel.status.failures or channel.status.lost:
+            raise _failure_error(channel.status) from None
         if match := _FAILURE_PATTERN.search(str(exc)):
             raise _rank_error(json.loads(match.group(1))) from None
         raise LaunchError(f"{what}: failed before any rank reported an error:\n{_python_error(str(exc))}") from exc
@@ -96,6 +96,22 @@ def _rendezvous_timeout_message(what: str, status: RankStatus, num_proc: int, re
     return (f"{what}: ranks {missing} of {num_proc} did not reach the Horovod rendezvous within "
             f"{rendezvous_timeout:g} s{detail}{waited}; the stage was cancelled. Check those ranks' logs above, "
             f"or raise the rendezvous timeout if executors are slow to start")
+
+
+def _failure_error(status: RankStatus) -> LaunchError:
+    """A rank whose process died before the first reported failure is the cause; the failures that
+    follow are its peers losing it in a collective."""
+    first = status.first_failure()
+    died = sorted((at, rank) for rank, at in status.lost.items() if first is None or at <= first["received"])
+    if not died:
+        return _rank_error(first)
+    rank = died[0][1]
+    host = status.hosts.get(rank, "?")
+    progress = status.last_progress.get(rank)
+    where = f" after its last progress record {progress}" if progress else " before reporting any progress"
+    followed = f"; then rank {first['rank']} failed: {first.get('error', '')}" if first else ""
+    return LaunchError(f"rank {rank} on host {host} died without raising an error (its process exited: killed, "
+                       f"out of memory, or a crash in native code){where}{followed}", rank=rank, host=host)
 
 
 def _rank_error(failure: dict) -> LaunchError:
