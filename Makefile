@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-stamp
 
-.PHONY: setup quickstart test bench doctor clean
+.PHONY: setup quickstart test doctor clean
 
 setup: $(STAMP)
 
