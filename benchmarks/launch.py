@@ -37,6 +37,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
+from benchmarks.table import print_table
+
 BENCH_DIR = Path(__file__).resolve().parent
 RESULTS_PATH = BENCH_DIR / "results" / "launch.json"
 BASELINE_VENV = BENCH_DIR / ".venv-baseline"
@@ -511,18 +513,7 @@ def _print_report(rows: list[dict], record: dict) -> None:
     def fmt(value, spec=".3f"):
         return "-" if value is None else format(value, spec)
 
-    table = [("part", "this project", "baseline", "ratio", "target", "met?")]
-    for row in rows:
-        base = f"{fmt(row['baseline'])} ({row['baseline_name']})" if row["baseline"] is not None else "-"
-        met = "-" if row["met"] is None else ("yes" if row["met"] else "NO")
-        table.append((row["part"], fmt(row["ours"]), base, fmt(row["ratio"], ".2f") + ("x" if row["ratio"] else ""),
-                      row["target"] or "-", met))
-    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
-    print()
-    for i, line in enumerate(table):
-        print(" | ".join(cell.ljust(width) for cell, width in zip(line, widths)))
-        if i == 0:
-            print("-+-".join("-" * width for width in widths))
+    print_table(rows, ".3f")
 
     settings = record["settings"]
     print(f"\nmedians of {settings['reps']} launches each (after one warm-up), TorchDistributor and ours alternating; "

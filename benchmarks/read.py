@@ -40,6 +40,7 @@ from typing import Any, Callable
 import numpy as np
 
 from benchmarks import launch as launch_bench
+from benchmarks.table import print_table
 from benchmarks.train import DEFAULT_WORKDIR, prepare_dataset, train_files
 
 RESULTS_PATH = Path(__file__).resolve().parent / "results" / "read.json"
@@ -178,20 +179,7 @@ def run(args: argparse.Namespace) -> list[dict]:
 
 
 def print_report(rows: list[dict], record: dict) -> None:
-    def fmt(value, spec=",.0f"):
-        return "-" if value is None else format(value, spec)
-
-    table = [("part", "this project", "baseline", "ratio", "target", "met?")]
-    for row in rows:
-        met = "-" if row["met"] is None else ("yes" if row["met"] else "NO")
-        table.append((row["part"], fmt(row["ours"]), f"{fmt(row['baseline'])} ({row['baseline_name']})",
-                      f"{row['ratio']:.2f}x", row["target"] or "-", met))
-    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
-    print()
-    for i, line in enumerate(table):
-        print(" | ".join(cell.ljust(width) for cell, width in zip(line, widths)))
-        if i == 0:
-            print("-+-".join("-" * width for width in widths))
+    print_table(rows, ",.0f")
     s = record["settings"]
     print(f"\nrank {s['rank']} of {s['size']}: {record['shard_rows']} rows x {s['features']} float32 features in "
           f"{len(record['files'])} files, batch {s['batch']}, 1 torch thread, no Spark running; median of "

@@ -57,6 +57,7 @@ from typing import Any
 import warnings
 
 from benchmarks import launch as launch_bench
+from benchmarks.table import print_table
 from benchmarks.launch import BaselineUnavailable, TorchDistributorBaseline, ensure_baseline_venv
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -459,18 +460,7 @@ def print_report(rows: list[dict], record: dict) -> None:
     def fmt(value, spec=",.0f"):
         return "-" if value is None else format(value, spec)
 
-    table = [("part", "this project", "baseline", "ratio", "target", "met?")]
-    for row in rows:
-        base = f"{fmt(row['baseline'])} ({row['baseline_name']})" if row["baseline"] is not None else "-"
-        met = "-" if row["met"] is None else ("yes" if row["met"] else "NO")
-        ratio = "-" if row["ratio"] is None else f"{row['ratio']:.2f}x"
-        table.append((row["part"], fmt(row["ours"]), base, ratio, row["target"] or "-", met))
-    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
-    print()
-    for i, line in enumerate(table):
-        print(" | ".join(cell.ljust(width) for cell, width in zip(line, widths)))
-        if i == 0:
-            print("-+-".join("-" * width for width in widths))
+    print_table(rows, ",.0f")
 
     s = record["settings"]
     print(f"\nsamples/s: median over epochs 2..N of {s['rounds']} alternating rounds (epoch 1 of every run is "
