@@ -397,16 +397,16 @@ def run(args: argparse.Namespace) -> list[dict]:
         print("timing launches ...", flush=True)
         record["our_launch_warmup"] = time_our_launch(spark, args.num_proc, env, events)
         ours, theirs = [], []
-        _baseline_step(baseline, record, lambda b: b.wait_ready())
+        baseline_step(baseline, record, lambda b: b.wait_ready())
         for _ in range(args.reps):
             if baseline is not None:
-                launched = _baseline_step(baseline, record, lambda b: b.launch())
+                launched = baseline_step(baseline, record, lambda b: b.launch())
                 if launched is not None:
                     theirs.append(launched)
             ours.append(time_our_launch(spark, args.num_proc, env, events))
         record["our_launch"] = {"reps": ours, "median": _median_fields(ours)}
         if baseline is not None:
-            summary = _baseline_step(baseline, record, lambda b: b.close())
+            summary = baseline_step(baseline, record, lambda b: b.close())
             if summary is not None and theirs:
                 summary.update(reps=theirs, median=_median_fields(theirs))
                 record["torch_distributor"] = summary
@@ -457,14 +457,15 @@ def _start_baseline(args: argparse.Namespace, record: dict) -> TorchDistributorB
     return TorchDistributorBaseline(python, args.num_proc)
 
 
-def _baseline_step(baseline: TorchDistributorBaseline | None, record: dict, step):
+def baseline_step(baseline: TorchDistributorBaseline | None, record: dict, step,
+                  error_key: str = "torch_distributor_error"):
     """One request to the baseline; on failure the error is recorded and the run goes on without it."""
-    if baseline is None or record.get("torch_distributor_error"):
+    if baseline is None or record.get(error_key):
         return None
     try:
         return step(baseline)
     except BaselineUnavailable as exc:
-        record["torch_distributor_error"] = str(exc)
+        record[error_key] = str(exc)
         print(f"TorchDistributor baseline failed: {exc}", file=sys.stderr)
         baseline.kill()
         return None

@@ -192,16 +192,7 @@ def start_baseline(args: argparse.Namespace, record: dict) -> DdpBaseline | None
 
 
 def baseline_call(baseline: DdpBaseline | None, record: dict, step):
-    """One request to the baseline; on failure the error is recorded and the run goes on without it."""
-    if baseline is None or record.get("ddp_error"):
-        return None
-    try:
-        return step(baseline)
-    except BaselineUnavailable as exc:
-        record["ddp_error"] = str(exc)
-        print(f"TorchDistributor baseline failed: {exc}", file=sys.stderr)
-        baseline.kill()
-        return None
+    return launch_bench.baseline_step(baseline, record, step, error_key="ddp_error")
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import sys
 import time
 
-LOOPBACK = "127.0.0.1"
+from baseline_session import build_session
 
 
 def train_ddp(request: dict) -> dict:
@@ -87,20 +86,6 @@ def train_ddp(request: dict) -> dict:
             "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
 
 
-def build_session(num_slots: int):
-    os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    session = (SparkSession.builder.master(f"local[{num_slots}]").appName("ddp_train_baseline")
-               .config("spark.driver.host", LOOPBACK).config("spark.driver.bindAddress", LOOPBACK)
-               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-               .config("spark.pyspark.python", sys.executable).config("spark.pyspark.driver.python", sys.executable)
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    return session
-
-
 def run_request(num_proc: int, request: dict) -> dict:
     from pyspark.ml.torch.distributor import TorchDistributor
 
@@ -123,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     import pyspark
     import torch
 
-    spark = build_session(args.num_proc)
+    spark = build_session(args.num_proc, "ddp_train_baseline")
     runs = 0
     try:
         if args.serve:

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import statistics
 import sys
 import time
 
-LOOPBACK = "127.0.0.1"
+from baseline_session import build_session
 RESULT_PREFIX = "RESULT "
 LAUNCH_PREFIX = "LAUNCH "
 
@@ -39,20 +38,6 @@ def join_gloo_group() -> dict:
     dist.destroy_process_group()
     return {"fn_started": started, "initialized": initialized, "rank": rank, "size": size,
             "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
-
-
-def build_session(num_slots: int):
-    os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    session = (SparkSession.builder.master(f"local[{num_slots}]").appName("torch_distributor_baseline")
-               .config("spark.driver.host", LOOPBACK).config("spark.driver.bindAddress", LOOPBACK)
-               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-               .config("spark.pyspark.python", sys.executable).config("spark.pyspark.driver.python", sys.executable)
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    return session
 
 
 def time_one_launch(distributor) -> dict:
@@ -78,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from pyspark.ml.torch.distributor import TorchDistributor
 
-    spark = build_session(args.num_proc)
+    spark = build_session(args.num_proc, "torch_distributor_baseline")
     try:
         distributor = TorchDistributor(num_processes=args.num_proc, local_mode=False, use_gpu=False)
         warmup = time_one_launch(distributor)
