@@ -8,46 +8,44 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from data_prep.write import plan_layout, write_split
+from data_prep.write import group_sizes, plan_row_groups, write_split
 from sparkml_par.errors import SparkmlParError
 
 ROWS, DIMS = 1000, 5
 
 
-@pytest.mark.parametrize("rows, row_bytes, max_shards, partitions", [
-    (1797, 300, 8, 2),          # digits-sized: the count rule wins over the 4 MB target
-    (2_000_000, 140, 8, 2),     # benchmark-sized: ~30k rows per 4 MB group
-    (2_000_001, 140, 6, 200),   # many input partitions, an odd row count
-    (9, 36, 8, 1),              # barely enough rows
+@pytest.mark.parametrize("counts, target_rows, max_shards", [
+    ({0: 900, 1: 897}, 14_000, 8),                  # digits-sized: one group per shard per partition
+    ({0: 1_000_000, 1: 1_000_000}, 30_000, 8),      # benchmark-sized: ~30k-row groups
+    ({0: 333_334, 1: 333_333, 2: 6}, 10_000, 6),   # unequal partitions, one barely big enough
+    ({0: 9}, 1_000, 8),                             # barely enough rows
 ])
-def test_layout_row_groups_are_a_multiple_of_max_shards_with_near_equal_rows(rows, row_bytes, max_shards,
-                                                                             partitions):
-    layout = plan_layout(rows, row_bytes, 4.0, max_shards, partitions)
-    assert layout.row_groups % max_shards == 0 and layout.row_groups <= rows
-    assert layout.row_limit * layout.row_groups >= rows
-    spread = 1 if layout.single_input else partitions
-    assert layout.row_groups % layout.tasks == 0
-    assert layout.row_limit <= -(-rows // layout.row_groups) + spread
+def test_plan_cuts_every_partition_into_a_multiple_of_max_shards(counts, target_rows, max_shards):
+    plan = plan_row_groups(counts, target_rows, max_shards)
+    assert set(plan) == set(counts)
+    for partition, groups in plan.items():
+        assert groups % max_shards == 0 and groups <= counts[partition]
+        sizes = group_sizes(counts[partition], groups)
+        assert sum(sizes) == counts[partition] and max(sizes) - min(sizes) <= 1
+        if counts[partition] >= target_rows * max_shards:
+            assert max(sizes) <= target_rows and min(sizes) >= target_rows // 2
 
 
-def test_layout_uses_few_write_tasks_for_large_splits():
-    layout = plan_layout(2_000_000, 140, 4.0, 8, 2, parallelism=2)
-    assert layout.tasks <= 4 and layout.row_groups // layout.tasks > 1
-    small = plan_layout(1797, 300, 4.0, 8, 2, parallelism=2)
-    assert small.single_input and small.tasks == small.row_groups
+@pytest.mark.parametrize("shards", [1, 2, 3, 6])
+def test_planned_files_give_every_shard_an_equal_share(shards):
+    counts = {0: 333_334, 1: 333_333, 2: 100_007}
+    plan = plan_row_groups(counts, 10_000, 6)
+    files = [size for p in sorted(plan) for size in group_sizes(counts[p], plan[p])]
+    shard_rows = [sum(files[s::shards]) for s in range(shards)]
+    assert sum(shard_rows) == sum(counts.values())
+    assert max(shard_rows) - min(shard_rows) <= len(files) // shards
 
 
-def test_layout_keeps_row_groups_near_the_size_target():
-    layout = plan_layout(2_000_000, 140, 4.0, 8, 2)
-    rows_per_group = 2_000_000 / layout.row_groups
-    assert not layout.single_input
-    assert 0.5 * 4 * 2**20 <= rows_per_group * 140 <= 4 * 2**20
-
-
-def test_layout_refuses_fewer_rows_than_shards():
+def test_a_split_smaller_than_max_shards_is_refused(spark, tmp_path):
+    df = spark.range(5).selectExpr("id AS _row_id", "id % 2 AS label")
     with pytest.raises(SparkmlParError, match=r"the test split has 5 rows, fewer than data.max_shards=8 .* "
                                               r"lower data.max_shards"):
-        plan_layout(5, 36, 4.0, 8, 1, split="test")
+        write_split(spark, df, f"file://{tmp_path}/t", 5, shapes={}, row_group_mb=4.0, max_shards=8, split="test")
 
 
 def _expected_features(ids: np.ndarray) -> np.ndarray:
@@ -146,9 +144,8 @@ def test_make_batch_reader_shards_are_balanced_and_complete(written, shards):
     assert max(counts) - min(counts) <= per_group
 
 
-def test_large_split_from_many_partitions_keeps_row_groups_equal(spark, tmp_path):
-    """Above the small-split size the write shuffles round-robin from every input partition into 4 tasks
-    (2 per core of local[2]), each cutting its rows into equal files."""
+def test_large_split_from_many_partitions_gives_every_shard_an_equal_share(spark, tmp_path):
+    """Many input partitions are merged without a shuffle, and each is cut into a multiple of 6 files."""
     from pyspark.sql import functions as F
 
     rows = 150_001
@@ -162,11 +159,16 @@ def test_large_split_from_many_partitions_keeps_row_groups_equal(spark, tmp_path
         sizes.append(meta.num_rows)
     assert len(sizes) == info["row_groups"] and len(sizes) % 6 == 0 and len(sizes) > 6
     assert sum(sizes) == rows
-    # Tasks differ by at most one row per input partition (5); a task's last file takes its remainder.
-    per_task = len(sizes) // 4
-    assert max(sizes) - min(sizes) <= 2 * 5 + per_task
-    shard_rows = [sum(sizes[s::6]) for s in range(6)]
-    assert max(shard_rows) - min(shard_rows) <= max(sizes)
+    assert not [p for p in (tmp_path / "large").iterdir() if p.name.endswith(".tmp")]
+    for shards in (2, 3, 6):
+        shard_rows = [sum(sizes[s::shards]) for s in range(shards)]
+        assert max(shard_rows) - min(shard_rows) <= len(sizes) // shards
+
+
+def test_an_unwritable_scheme_names_the_output_and_the_fix(spark):
+    df = spark.range(10).selectExpr("id AS _row_id", "id % 2 AS label")
+    with pytest.raises(SparkmlParError, match=r"cannot write a dataset to 'nosuch://bucket/train'.*mounted path"):
+        write_split(spark, df, "nosuch://bucket/train", 10, shapes={}, row_group_mb=4.0, max_shards=2)
 
 
 def test_binary_and_string_columns_round_trip_through_make_reader(spark, tmp_path):
