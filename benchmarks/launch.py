@@ -37,7 +37,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from benchmarks.table import print_table
+from benchmarks.memory import PeakMemory
+from benchmarks.table import print_table, result_row
 
 BENCH_DIR = Path(__file__).resolve().parent
 RESULTS_PATH = BENCH_DIR / "results" / "launch.json"
@@ -393,48 +394,49 @@ def run(args: argparse.Namespace) -> list[dict]:
     spark, created = get_or_create_session(SparkConfig(master=f"local[{args.num_proc}]",
                                                        app_name="sparkml_par launch benchmark"))
     try:
-        events = _EventLog()
-        print("timing launches ...", flush=True)
-        record["our_launch_warmup"] = time_our_launch(spark, args.num_proc, env, events)
-        ours, theirs = [], []
-        baseline_step(baseline, record, lambda b: b.wait_ready())
-        for _ in range(args.reps):
+        with PeakMemory() as memory:
+            events = _EventLog()
+            print("timing launches ...", flush=True)
+            record["our_launch_warmup"] = time_our_launch(spark, args.num_proc, env, events)
+            ours, theirs = [], []
+            baseline_step(baseline, record, lambda b: b.wait_ready())
+            for _ in range(args.reps):
+                if baseline is not None:
+                    launched = baseline_step(baseline, record, lambda b: b.launch())
+                    if launched is not None:
+                        theirs.append(launched)
+                ours.append(time_our_launch(spark, args.num_proc, env, events))
+            record["our_launch"] = {"reps": ours, "median": _median_fields(ours)}
             if baseline is not None:
-                launched = baseline_step(baseline, record, lambda b: b.launch())
-                if launched is not None:
-                    theirs.append(launched)
-            ours.append(time_our_launch(spark, args.num_proc, env, events))
-        record["our_launch"] = {"reps": ours, "median": _median_fields(ours)}
-        if baseline is not None:
-            summary = baseline_step(baseline, record, lambda b: b.close())
-            if summary is not None and theirs:
-                summary.update(reps=theirs, median=_median_fields(theirs))
-                record["torch_distributor"] = summary
+                summary = baseline_step(baseline, record, lambda b: b.close())
+                if summary is not None and theirs:
+                    summary.update(reps=theirs, median=_median_fields(theirs))
+                    record["torch_distributor"] = summary
 
-        print("timing all-reduce ...", flush=True)
-        variants = {"launcher defaults": env}
-        if tuned:
-            variants[", ".join(f"{k}={v}" for k, v in tuned.items())] = env | tuned
-        gloo_blocks: list = []
-        horovod_blocks: dict[str, list] = {name: [] for name in variants}
-        for _ in range(args.rounds):
-            gloo_blocks.append(time_torch_gloo_allreduce_block(args.num_proc, sizes_mb, args.allreduce_reps))
-            for name, variant_env in variants.items():
-                horovod_blocks[name].append(time_horovod_allreduce_block(
-                    spark, args.num_proc, sizes_mb, args.allreduce_reps, variant_env))
-        record["torch_gloo_allreduce"] = _allreduce_summary(gloo_blocks, sizes_mb, args.num_proc)
-        record["horovod_allreduce"] = {name: _allreduce_summary(blocks, sizes_mb, args.num_proc)
-                                       for name, blocks in horovod_blocks.items()}
-        record["copy"] = measure_copy(sizes_mb, args.allreduce_reps * args.rounds)
-        record["bare_barrier_stage"] = measure_bare_barrier_stage(spark.sparkContext, args.num_proc, args.reps)
+            print("timing all-reduce ...", flush=True)
+            variants = {"launcher defaults": env}
+            if tuned:
+                variants[", ".join(f"{k}={v}" for k, v in tuned.items())] = env | tuned
+            gloo_blocks: list = []
+            horovod_blocks: dict[str, list] = {name: [] for name in variants}
+            for _ in range(args.rounds):
+                gloo_blocks.append(time_torch_gloo_allreduce_block(args.num_proc, sizes_mb, args.allreduce_reps))
+                for name, variant_env in variants.items():
+                    horovod_blocks[name].append(time_horovod_allreduce_block(
+                        spark, args.num_proc, sizes_mb, args.allreduce_reps, variant_env))
+            record["torch_gloo_allreduce"] = _allreduce_summary(gloo_blocks, sizes_mb, args.num_proc)
+            record["horovod_allreduce"] = {name: _allreduce_summary(blocks, sizes_mb, args.num_proc)
+                                           for name, blocks in horovod_blocks.items()}
+            record["copy"] = measure_copy(sizes_mb, args.allreduce_reps * args.rounds)
+            record["bare_barrier_stage"] = measure_bare_barrier_stage(spark.sparkContext, args.num_proc, args.reps)
     finally:
         if baseline is not None:
             baseline.kill()
         if created:
             spark.stop()
-    record["driver_maxrss_kb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    record["memory"] = memory.columns() | {"driver_python_peak_mb": memory.python_mb}
 
-    rows = _rows(record, sizes_mb)
+    rows = [row | memory.columns() for row in _rows(record, sizes_mb)]
     record["rows"] = rows
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(record, indent=1))
@@ -474,47 +476,38 @@ def baseline_step(baseline: TorchDistributorBaseline | None, record: dict, step,
 def _rows(record: dict, sizes_mb: list[int]) -> list[dict]:
     ours, td = record["our_launch"]["median"], (record["torch_distributor"] or {}).get("median")
     rows = [
-        _row("launch: call -> every rank past init (s)", ours["all_past_init"], td and td["init_s"],
-             "TorchDistributor", "lower", f"<= {LAUNCH_TARGET:g}x", LAUNCH_TARGET),
-        _row("launch: whole call, trivial fn (s)", ours["returned"], td and td["total_s"], "TorchDistributor",
-             "lower"),
+        result_row("launch: call -> every rank past init (s)", ours["all_past_init"], td and td["init_s"],
+                   "TorchDistributor", "lower", f"<= {LAUNCH_TARGET:g}x", LAUNCH_TARGET),
+        result_row("launch: whole call, trivial fn (s)", ours["returned"], td and td["total_s"], "TorchDistributor",
+                   "lower"),
     ]
     gloo, copy = record["torch_gloo_allreduce"], record["copy"]
     for variant, hvd in record["horovod_allreduce"].items():
         for size_mb in sizes_mb:
             key = str(size_mb)
             target = (f">= {ALLREDUCE_TARGET:g}x", ALLREDUCE_TARGET) if size_mb >= ALLREDUCE_TARGET_MIN_MB else ("", None)
-            rows.append(_row(f"all-reduce {size_mb} MB f32 ({variant}) (GB/s)", hvd[key]["gb_per_s"],
-                             gloo[key]["gb_per_s"], "torch.distributed gloo", "higher", *target))
+            rows.append(result_row(f"launch: all-reduce {size_mb} MB f32 ({variant}) (GB/s)",
+                                   hvd[key]["gb_per_s"], gloo[key]["gb_per_s"], "torch.distributed gloo", "higher",
+                                   *target))
     for size_mb in sizes_mb:
-        rows.append(_row(f"copy {size_mb} MB, one process (GB/s)", copy[str(size_mb)]["gb_per_s"], None,
-                         "", "higher"))
+        rows.append(result_row(f"launch: copy {size_mb} MB, one process (GB/s)", copy[str(size_mb)]["gb_per_s"],
+                               None, "", "higher"))
     rank_rss = max([kb for hvd in record["horovod_allreduce"].values() for kb in hvd["rank_maxrss_kb"]]
                    + record["our_launch"]["reps"][-1]["rank_maxrss_kb"])
-    rows.append(_row("peak RSS, driver (MB)", record["driver_maxrss_kb"] / 1024,
-                     td and record["torch_distributor"]["driver_maxrss_kb"] / 1024, "TorchDistributor driver",
-                     "lower"))
-    rows.append(_row("peak RSS, largest rank (MB)", rank_rss / 1024,
-                     max(record["torch_gloo_allreduce"]["rank_maxrss_kb"]) / 1024, "torch.distributed gloo rank",
-                     "lower"))
+    rows.append(result_row("launch: peak RSS, driver Python (MB)", record["memory"]["driver_python_peak_mb"],
+                           td and record["torch_distributor"]["driver_maxrss_kb"] / 1024, "TorchDistributor driver",
+                           "lower"))
+    rows.append(result_row("launch: peak RSS, largest rank (MB)", rank_rss / 1024,
+                           max(record["torch_gloo_allreduce"]["rank_maxrss_kb"]) / 1024, "torch.distributed gloo rank",
+                           "lower"))
     return rows
-
-
-def _row(part: str, ours: float, baseline: float | None, baseline_name: str, better: str,
-         target: str = "", target_ratio: float | None = None) -> dict:
-    ratio = ours / baseline if baseline else None
-    met = None
-    if ratio is not None and target_ratio is not None:
-        met = ratio <= target_ratio if better == "lower" else ratio >= target_ratio
-    return {"part": part, "ours": ours, "baseline": baseline, "baseline_name": baseline_name, "ratio": ratio,
-            "better": better, "target": target, "met": met}
 
 
 def _print_report(rows: list[dict], record: dict) -> None:
     def fmt(value, spec=".3f"):
         return "-" if value is None else format(value, spec)
 
-    print_table(rows, ".3f")
+    print_table(rows)
 
     settings = record["settings"]
     print(f"\nmedians of {settings['reps']} launches each (after one warm-up), TorchDistributor and ours alternating; "

@@ -39,8 +39,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from benchmarks import launch as launch_bench
-from benchmarks.table import print_table
+from benchmarks.memory import PeakMemory
+from benchmarks.table import print_table, result_row
 from benchmarks.train import DEFAULT_WORKDIR, prepare_dataset, train_files
 
 RESULTS_PATH = Path(__file__).resolve().parent / "results" / "read.json"
@@ -121,37 +121,38 @@ def run(args: argparse.Namespace) -> list[dict]:
     from sparkml_par.config import SparkConfig
     from sparkml_par.session import get_or_create_session
 
-    spark, created = get_or_create_session(SparkConfig(master="local[2]", app_name="sparkml_par read benchmark"))
-    try:
-        url, manifest = prepare_dataset(spark, args.workdir, f"synthetic-{args.rows}x{args.features}", args.rows,
-                                        args.features)
-    finally:
-        if created:
-            spark.stop()  # the reads need no Spark: the measured process is a rank's, without a JVM beside it
+    with PeakMemory() as memory:
+        spark, created = get_or_create_session(SparkConfig(master="local[2]", app_name="sparkml_par read benchmark"))
+        try:
+            url, manifest = prepare_dataset(spark, args.workdir, f"synthetic-{args.rows}x{args.features}", args.rows,
+                                            args.features)
+        finally:
+            if created:
+                spark.stop()  # the reads need no Spark: the measured process is a rank's, without a JVM beside it
 
-    files = train_files(url, manifest)[RANK::SIZE]
-    shard_rows = sum(manifest["splits"]["train"]["files"][Path(f).name] for f in files)
-    steps = shard_rows // args.batch
-    sides = {
-        "ours_shuffle_off": ours(url, manifest, args.batch, steps, shuffle=False),
-        "pyarrow_iter_batches": pyarrow_batches(files, args.batch),
-        "ours_shuffle_on": ours(url, manifest, args.batch, steps, shuffle=True),
-        "pyarrow_shuffled": pyarrow_shuffled(files, args.batch),
-    }
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as in a rank (train.threads_per_rank=1)
-    try:
-        for read in sides.values():  # warm: imports, page cache, petastorm's first reader
-            read()
-        times: dict[str, list[float]] = {name: [] for name in sides}
-        rows: dict[str, int] = {}
-        for _ in range(args.reps):
-            for name, read in sides.items():
-                seconds, rows[name] = _timed(read)
-                times[name].append(seconds)
-        profile_text = profile(sides["ours_shuffle_on"]) if args.profile else None
-    finally:
-        torch.set_num_threads(threads)
+        files = train_files(url, manifest)[RANK::SIZE]
+        shard_rows = sum(manifest["splits"]["train"]["files"][Path(f).name] for f in files)
+        steps = shard_rows // args.batch
+        sides = {
+            "ours_shuffle_off": ours(url, manifest, args.batch, steps, shuffle=False),
+            "pyarrow_iter_batches": pyarrow_batches(files, args.batch),
+            "ours_shuffle_on": ours(url, manifest, args.batch, steps, shuffle=True),
+            "pyarrow_shuffled": pyarrow_shuffled(files, args.batch),
+        }
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # as in a rank (train.threads_per_rank=1)
+        try:
+            for read in sides.values():  # warm: imports, page cache, petastorm's first reader
+                read()
+            times: dict[str, list[float]] = {name: [] for name in sides}
+            rows: dict[str, int] = {}
+            for _ in range(args.reps):
+                for name, read in sides.items():
+                    seconds, rows[name] = _timed(read)
+                    times[name].append(seconds)
+            profile_text = profile(sides["ours_shuffle_on"]) if args.profile else None
+        finally:
+            torch.set_num_threads(threads)
 
     rate = {name: rows[name] / statistics.median(values) for name, values in times.items()}
     record: dict[str, Any] = {
@@ -162,14 +163,15 @@ def run(args: argparse.Namespace) -> list[dict]:
     }
     target = f">= {TARGET:g}"
     baseline = "pyarrow iter_batches -> torch"
-    table = [
-        launch_bench._row("loader, shuffle off (samples/s)", rate["ours_shuffle_off"], rate["pyarrow_iter_batches"],
-                          baseline, "higher", target, TARGET),
-        launch_bench._row("loader, shuffle on (samples/s)", rate["ours_shuffle_on"], rate["pyarrow_iter_batches"],
-                          baseline, "higher", target, TARGET),
-        launch_bench._row("loader, shuffle on, vs the same shuffle in pyarrow (samples/s)", rate["ours_shuffle_on"],
-                          rate["pyarrow_shuffled"], "pyarrow + row-group shuffle", "higher"),
-    ]
+    # The reading process plays rank 0: its own peak is the rank's.
+    peaks = {"driver_peak_mb": memory.driver_mb, "rank_peak_mb": memory.python_mb}
+    table = [result_row("read: loader, shuffle off (samples/s)", rate["ours_shuffle_off"],
+                        rate["pyarrow_iter_batches"], baseline, "higher", target, TARGET) | peaks,
+             result_row("read: loader, shuffle on (samples/s)", rate["ours_shuffle_on"], rate["pyarrow_iter_batches"],
+                        baseline, "higher", target, TARGET) | peaks,
+             result_row("read: loader, shuffle on, vs the same shuffle in pyarrow (samples/s)",
+                        rate["ours_shuffle_on"], rate["pyarrow_shuffled"], "pyarrow + row-group shuffle",
+                        "higher") | peaks]
     record["rows"] = table
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(record, indent=1))
@@ -179,7 +181,7 @@ def run(args: argparse.Namespace) -> list[dict]:
 
 
 def print_report(rows: list[dict], record: dict) -> None:
-    print_table(rows, ",.0f")
+    print_table(rows)
     s = record["settings"]
     print(f"\nrank {s['rank']} of {s['size']}: {record['shard_rows']} rows x {s['features']} float32 features in "
           f"{len(record['files'])} files, batch {s['batch']}, 1 torch thread, no Spark running; median of "

@@ -46,7 +46,6 @@ import argparse
 import contextlib
 import json
 import logging
-import resource
 import shutil
 import statistics
 import sys
@@ -57,7 +56,8 @@ from typing import Any
 import warnings
 
 from benchmarks import launch as launch_bench
-from benchmarks.table import print_table
+from benchmarks.memory import PeakMemory
+from benchmarks.table import print_table, result_row
 from benchmarks.launch import BaselineUnavailable, TorchDistributorBaseline, ensure_baseline_venv
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -333,82 +333,85 @@ def run(args: argparse.Namespace) -> list[dict]:
     spark, created = get_or_create_session(SparkConfig(master="local[2]", app_name="sparkml_par train benchmark"))
     scratch = Path(tempfile.mkdtemp(prefix="train-bench-"))
     try:
-        print("datasets ...", flush=True)
-        mlp_url, mlp_manifest = prepare_dataset(spark, args.workdir, f"synthetic-{args.mlp_rows}x32",
-                                                args.mlp_rows, 32)
-        cnn_url, cnn_manifest = prepare_dataset(spark, args.workdir, f"synthetic-{args.cnn_rows}x784",
-                                                args.cnn_rows, 784, feature_shape=CNN_SHAPE)
-        mlp_train_rows, cnn_train_rows = (m["splits"]["train"]["rows"] for m in (mlp_manifest, cnn_manifest))
-        cnn_spec = model_spec("cnn", CNN_ARGS, tuple(CNN_SHAPE), 10)
-        mlp_spec = model_spec("mlp", {"hidden": MLP_HIDDEN}, (32,), 10)
-        record["datasets"] = {"mlp": {"url": mlp_url, "train_rows": mlp_train_rows},
-                              "cnn": {"url": cnn_url, "train_rows": cnn_train_rows,
-                                      "feature_shape": cnn_manifest["feature_shape"]}}
+        with PeakMemory() as memory:
+            print("datasets ...", flush=True)
+            mlp_url, mlp_manifest = prepare_dataset(spark, args.workdir, f"synthetic-{args.mlp_rows}x32",
+                                                    args.mlp_rows, 32)
+            cnn_url, cnn_manifest = prepare_dataset(spark, args.workdir, f"synthetic-{args.cnn_rows}x784",
+                                                    args.cnn_rows, 784, feature_shape=CNN_SHAPE)
+            mlp_train_rows, cnn_train_rows = (m["splits"]["train"]["rows"] for m in (mlp_manifest, cnn_manifest))
+            cnn_spec = model_spec("cnn", CNN_ARGS, tuple(CNN_SHAPE), 10)
+            mlp_spec = model_spec("mlp", {"hidden": MLP_HIDDEN}, (32,), 10)
+            record["datasets"] = {"mlp": {"url": mlp_url, "train_rows": mlp_train_rows},
+                                  "cnn": {"url": cnn_url, "train_rows": cnn_train_rows,
+                                          "feature_shape": cnn_manifest["feature_shape"]}}
 
-        def run_id() -> Path:
-            return Path(tempfile.mkdtemp(prefix="run-", dir=scratch))
+            def run_id() -> Path:
+                return Path(tempfile.mkdtemp(prefix="run-", dir=scratch))
 
-        # (i) CNN: one process and two ranks alternating.
-        cnn_common = ["train.model=cnn", f"train.model_args={json.dumps(CNN_ARGS)}", f"train.epochs={args.cnn_epochs}"]
-        cnn: dict[str, list] = {"1": [], "2": []}
-        plain: dict[str, list[float]] = {"1": [], "2": []}
-        for round_index in range(args.rounds):
-            print(f"CNN round {round_index + 1}/{args.rounds} ...", flush=True)
-            for num_proc in (1, 2):
-                history = train_ours(spark, cnn_url, [*cnn_common, f"train.batch_size={args.cnn_batch * num_proc}"],
-                                     num_proc, {}, run_id())
-                cnn[str(num_proc)].append(history)
-            for processes in (1, 2):
-                plain[str(processes)].append(plain_processes(cnn_spec, args.cnn_batch, processes, args.plain_seconds))
-        record["cnn"] = {n: {"histories": h, "measured": [v for history in h for v in measured(history)]}
-                         for n, h in cnn.items()}
-        record["cnn_plain_torch"] = plain
+            # (i) CNN: one process and two ranks alternating.
+            cnn_common = ["train.model=cnn", f"train.model_args={json.dumps(CNN_ARGS)}",
+                          f"train.epochs={args.cnn_epochs}"]
+            cnn: dict[str, list] = {"1": [], "2": []}
+            plain: dict[str, list[float]] = {"1": [], "2": []}
+            for round_index in range(args.rounds):
+                print(f"CNN round {round_index + 1}/{args.rounds} ...", flush=True)
+                for num_proc in (1, 2):
+                    history = train_ours(spark, cnn_url, [*cnn_common, f"train.batch_size={args.cnn_batch * num_proc}"],
+                                         num_proc, {}, run_id())
+                    cnn[str(num_proc)].append(history)
+                for processes in (1, 2):
+                    plain[str(processes)].append(
+                        plain_processes(cnn_spec, args.cnn_batch, processes, args.plain_seconds))
+            record["cnn"] = {n: {"histories": h, "measured": [v for history in h for v in measured(history)]}
+                             for n, h in cnn.items()}
+            record["cnn_plain_torch"] = plain
 
-        # (ii) MLP: the DDP baseline, then ours with each setting, round after round.
-        global_batch = args.mlp_batch * 2
-        steps = steps_per_epoch(mlp_train_rows, global_batch, 1)
-        request = {"files": train_files(mlp_url, mlp_manifest), "hidden": MLP_HIDDEN, "classes": 10,
-                   "batch_per_rank": args.mlp_batch, "steps": steps, "epochs": args.mlp_epochs,
-                   "lr": 1e-3, "seed": 0, "threads": 1, "timeout_s": 180}
-        mlp_common = ["train.model=mlp", f"train.model_args={json.dumps({'hidden': MLP_HIDDEN})}",
-                      f"train.epochs={args.mlp_epochs}", f"train.batch_size={global_batch}"]
-        settings = [("launcher defaults", {}, [])] + variants
-        ours: dict[str, list] = {label: [] for label, _, _ in settings}
-        ddp: list[dict] = []
-        baseline_call(baseline, record, lambda b: b.wait_ready())
-        for round_index in range(args.rounds):
-            print(f"MLP round {round_index + 1}/{args.rounds} ...", flush=True)
-            out = baseline_call(baseline, record, lambda b: b.train(request))
-            if out is not None:
-                ddp.append(out)
-            for label, env, overrides in settings:
-                ours[label].append(train_ours(spark, mlp_url, [*mlp_common, *overrides], 2, env, run_id()))
-        record["mlp"] = {label: {"histories": h, "measured": [v for history in h for v in measured(history)]}
-                         for label, h in ours.items()}
-        record["ddp"] = None
-        if ddp:
-            record["ddp"] = {"runs": ddp, "measured": [v for out in ddp for v in measured(out["history"])]}
-        if baseline is not None:
-            summary = baseline_call(baseline, record, lambda b: b.close())
-            if summary is not None:
-                record["ddp_process"] = summary
+            # (ii) MLP: the DDP baseline, then ours with each setting, round after round.
+            global_batch = args.mlp_batch * 2
+            steps = steps_per_epoch(mlp_train_rows, global_batch, 1)
+            request = {"files": train_files(mlp_url, mlp_manifest), "hidden": MLP_HIDDEN, "classes": 10,
+                       "batch_per_rank": args.mlp_batch, "steps": steps, "epochs": args.mlp_epochs,
+                       "lr": 1e-3, "seed": 0, "threads": 1, "timeout_s": 180}
+            mlp_common = ["train.model=mlp", f"train.model_args={json.dumps({'hidden': MLP_HIDDEN})}",
+                          f"train.epochs={args.mlp_epochs}", f"train.batch_size={global_batch}"]
+            settings = [("launcher defaults", {}, [])] + variants
+            ours: dict[str, list] = {label: [] for label, _, _ in settings}
+            ddp: list[dict] = []
+            baseline_call(baseline, record, lambda b: b.wait_ready())
+            for round_index in range(args.rounds):
+                print(f"MLP round {round_index + 1}/{args.rounds} ...", flush=True)
+                out = baseline_call(baseline, record, lambda b: b.train(request))
+                if out is not None:
+                    ddp.append(out)
+                for label, env, overrides in settings:
+                    ours[label].append(train_ours(spark, mlp_url, [*mlp_common, *overrides], 2, env, run_id()))
+            record["mlp"] = {label: {"histories": h, "measured": [v for history in h for v in measured(history)]}
+                             for label, h in ours.items()}
+            record["ddp"] = None
+            if ddp:
+                record["ddp"] = {"runs": ddp, "measured": [v for out in ddp for v in measured(out["history"])]}
+            if baseline is not None:
+                summary = baseline_call(baseline, record, lambda b: b.close())
+                if summary is not None:
+                    record["ddp_process"] = summary
 
-        # (iii) Loader alone vs step alone, per rank.
-        print("loader vs step ...", flush=True)
-        record["loader_vs_step"] = [
-            loader_vs_step("MLP", mlp_url, mlp_manifest, mlp_spec, args.mlp_batch, min(steps, 400), 400, args.reps),
-            loader_vs_step("CNN", cnn_url, cnn_manifest, cnn_spec, args.cnn_batch,
-                           steps_per_epoch(cnn_train_rows, args.cnn_batch * 2, 1), 5, args.reps),
-        ]
+            # (iii) Loader alone vs step alone, per rank.
+            print("loader vs step ...", flush=True)
+            record["loader_vs_step"] = [
+                loader_vs_step("MLP", mlp_url, mlp_manifest, mlp_spec, args.mlp_batch, min(steps, 400), 400, args.reps),
+                loader_vs_step("CNN", cnn_url, cnn_manifest, cnn_spec, args.cnn_batch,
+                               steps_per_epoch(cnn_train_rows, args.cnn_batch * 2, 1), 5, args.reps),
+            ]
     finally:
         if baseline is not None:
             baseline.kill()
         if created:
             spark.stop()
         shutil.rmtree(scratch, ignore_errors=True)
-    record["driver_maxrss_kb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    record["memory"] = memory.columns()
 
-    rows = build_rows(record, settings)
+    rows = [row | memory.columns() for row in build_rows(record, settings)]
     record["rows"] = rows
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(record, indent=1))
@@ -422,20 +425,21 @@ def build_rows(record: dict, settings: list[tuple[str, dict, list]]) -> list[dic
     one, two = median(record["cnn"]["1"]["measured"]), median(record["cnn"]["2"]["measured"])
     plain_one, plain_two = median(record["cnn_plain_torch"]["1"]), median(record["cnn_plain_torch"]["2"])
     rows = [
-        _row("(i) CNN ~1M params, 2 ranks vs 2 x 1 process (samples/s)", two, 2 * one,
+        _row("train: (i) CNN ~1M params, 2 ranks vs 2 x 1 process (samples/s)", two, 2 * one,
              "2 x our trainer, num_proc=1", f">= {SCALING_TARGET:g}", SCALING_TARGET),
-        _row("(i) the machine: 2 plain torch processes vs 2 x 1, same CNN step (samples/s)", plain_two,
+        _row("train: (i) the machine: 2 plain torch processes vs 2 x 1, same CNN step (samples/s)", plain_two,
              2 * plain_one, "2 x 1 plain process", "", None),
     ]
     ddp = median(record["ddp"]["measured"]) if record.get("ddp") else None
     for label, _, overrides in settings:
         changes_math = any(o.startswith("train.accumulation_steps=") for o in overrides)
         rows_k = f"{record['settings']['mlp_rows'] / 1000:g}k"
-        name = f"(ii) MLP {rows_k} rows, 2 ranks, {label}" + (" [larger effective batch]" if changes_math else "")
+        name = f"train: (ii) MLP {rows_k} rows, 2 ranks, {label}"
+        name += " [larger effective batch]" if changes_math else ""
         rows.append(_row(name + " (samples/s)", median(record["mlp"][label]["measured"]), ddp,
                          "TorchDistributor + DDP", f">= {DDP_TARGET:g}", None if changes_math else DDP_TARGET))
     for item in record["loader_vs_step"]:
-        rows.append(_row(f"(iii) {item['name']} loader alone vs step alone, per rank (samples/s)",
+        rows.append(_row(f"train: (iii) {item['name']} loader alone vs step alone, per rank (samples/s)",
                          item["loader_samples_per_sec"], item["step_samples_per_sec"],
                          "fwd+bwd+Adam, 1 thread", f">= {LOADER_TARGET:g}", LOADER_TARGET))
     return rows
@@ -443,15 +447,14 @@ def build_rows(record: dict, settings: list[tuple[str, dict, list]]) -> list[dic
 
 def _row(part: str, ours: float, baseline: float | None, baseline_name: str, target: str,
          target_ratio: float | None) -> dict:
-    return launch_bench._row(part, ours, baseline, baseline_name, "higher", target if target_ratio else "",
-                             target_ratio)
+    return result_row(part, ours, baseline, baseline_name, "higher", target if target_ratio else "", target_ratio)
 
 
 def print_report(rows: list[dict], record: dict) -> None:
     def fmt(value, spec=",.0f"):
         return "-" if value is None else format(value, spec)
 
-    print_table(rows, ",.0f")
+    print_table(rows)
 
     s = record["settings"]
     print(f"\nsamples/s: median over epochs 2..N of {s['rounds']} alternating rounds (epoch 1 of every run is "
