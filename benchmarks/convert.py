@@ -1,32 +1,37 @@
 """Conversion throughput: data_prep's petastorm write next to a plain `df.write.parquet` of the same rows.
 
-    .venv/bin/python -m benchmarks.convert --rows 2000000 --features 32
+    .venv/bin/python -m benchmarks.convert                    # 2,000,000 x 32 synthetic rows
+    .venv/bin/python -m benchmarks.convert --scale            # the cost curve: 250,000 rows x 1, 4, 16
 
 Both writes start from the same persisted synthetic DataFrame (generated in the executors), alternate,
-and the best of --repeats is kept. The driver's peak memory (Python RSS) is reported for a small and a
-full-size run: it must not grow with the row count, since no rows come to the driver. The full prepare
-job (validate, profile, split, three writes) is timed as well. Prints a table and writes JSON.
+and the best of --repeats is kept. The full prepare job (validate, profile, split, three writes) of the
+same rows is timed as well. The driver's Python peak memory is noted after a small and a full-size run:
+it must not grow with the row count, since no rows come to the driver. Target: data_prep rows/s >= 0.8x
+the plain write's. Prints one table and writes benchmarks/results/convert.json.
+
+With --scale, only data_prep's write runs, at 1x, 4x and 16x of --rows (after one warm-up write at 1x):
+its seconds relative to 1x show how the cost grows with the data (4 and 16 would be linear). Prints a
+small table and writes benchmarks/results/convert_scale.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import resource
 import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
-from data_prep.ingest import ingest
-from data_prep.job import prepare
-from data_prep.write import write_split
-from sparkml_par.config import DataConfig, SparkConfig, SyntheticConfig
-from sparkml_par.session import get_or_create_session
+from benchmarks.memory import PeakMemory
+from benchmarks.table import number, print_table, result_row, text_table
 
-
-def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+TARGET = 0.8
+ROWS, SCALE_ROWS = 2_000_000, 250_000
+SCALE_FACTORS = (1, 4, 16)
 
 
 def _timed(fn) -> float:
@@ -35,67 +40,174 @@ def _timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def measure_writes(spark, rows: int, features: int, repeats: int, workdir: Path) -> dict:
+def synthetic_rows(spark, rows: int, features: int):
+    """The persisted DataFrame both writers start from, generated in the executors and counted once."""
     from pyspark import StorageLevel
+
+    from data_prep.ingest import ingest
+    from sparkml_par.config import DataConfig, SyntheticConfig
 
     cfg = DataConfig(source="synthetic", synthetic=SyntheticConfig(rows=rows, features=features, classes=10))
     df = ingest(spark, cfg).df.select("_row_id", "features", "label").persist(StorageLevel.MEMORY_AND_DISK)
     df.count()
-    plain, petastorm = [], []
-    for i in range(repeats):
-        target = workdir / f"plain{i}"
-        plain.append(_timed(lambda: df.write.parquet(str(target))))
-        shutil.rmtree(target)
-        target = workdir / f"petastorm{i}"
-        petastorm.append(_timed(lambda: write_split(spark, df, f"file://{target}", rows,
-                                                    shapes={"features": (features,)}, row_group_mb=4.0,
-                                                    max_shards=8, split="bench")))
-        shutil.rmtree(target)
-    df.unpersist()
+    return df
+
+
+def write_petastorm(spark, df, rows: int, features: int, target: Path) -> float:
+    """Seconds of data_prep's write of df at target (removed afterwards)."""
+    from data_prep.write import write_split
+
+    seconds = _timed(lambda: write_split(spark, df, f"file://{target}", rows, shapes={"features": (features,)},
+                                         row_group_mb=4.0, max_shards=8, split="bench"))
+    shutil.rmtree(target)
+    return seconds
+
+
+def write_plain(df, target: Path) -> float:
+    seconds = _timed(lambda: df.write.parquet(str(target)))
+    shutil.rmtree(target)
+    return seconds
+
+
+def measure_writes(spark, rows: int, features: int, repeats: int, workdir: Path) -> dict:
+    df = synthetic_rows(spark, rows, features)
+    try:
+        plain, petastorm = [], []
+        for i in range(repeats):
+            plain.append(write_plain(df, workdir / f"plain{i}"))
+            petastorm.append(write_petastorm(spark, df, rows, features, workdir / f"petastorm{i}"))
+    finally:
+        df.unpersist()
     return {"rows": rows, "plain_s": min(plain), "petastorm_s": min(petastorm),
-            "plain_rows_per_s": rows / min(plain), "petastorm_rows_per_s": rows / min(petastorm),
-            "ratio": min(plain) / min(petastorm), "driver_peak_rss_mb": _peak_rss_mb()}
+            "plain_rows_per_s": rows / min(plain), "petastorm_rows_per_s": rows / min(petastorm)}
 
 
 def measure_job(spark, rows: int, features: int, workdir: Path) -> dict:
+    from data_prep.job import prepare
+    from sparkml_par.config import DataConfig, SyntheticConfig
+
     cfg = DataConfig(source="synthetic", synthetic=SyntheticConfig(rows=rows, features=features, classes=10),
                      output=str(workdir / "dataset"), max_shards=8)
     seconds = _timed(lambda: prepare(spark, cfg))
-    return {"rows": rows, "seconds": seconds, "rows_per_s": rows / seconds, "driver_peak_rss_mb": _peak_rss_mb()}
+    return {"rows": rows, "seconds": seconds, "rows_per_s": rows / seconds}
+
+
+def measure_scale(spark, base_rows: int, features: int, workdir: Path, memory: PeakMemory) -> list[dict]:
+    """data_prep's write at each of SCALE_FACTORS x base_rows, with the peaks reached so far."""
+    points = []
+    for factor in (SCALE_FACTORS[0], *SCALE_FACTORS):  # the first write warms the JVM and the workers
+        rows = base_rows * factor
+        df = synthetic_rows(spark, rows, features)
+        try:
+            seconds = write_petastorm(spark, df, rows, features, workdir / f"petastorm{len(points)}")
+        finally:
+            df.unpersist()
+        memory.sample()
+        points.append({"factor": factor, "rows": rows, "seconds": seconds, "rows_per_s": rows / seconds,
+                       **memory.columns()})
+    points = points[1:]
+    for point in points:
+        point["seconds_vs_1x"] = point["seconds"] / points[0]["seconds"]
+    return points
+
+
+@contextlib.contextmanager
+def _session(master: str) -> Iterator[tuple]:
+    """(SparkSession, scratch directory), both gone afterwards."""
+    from sparkml_par.config import SparkConfig
+    from sparkml_par.session import get_or_create_session
+
+    spark, created = get_or_create_session(SparkConfig(master=master, app_name="sparkml_par convert benchmark",
+                                                       conf={"spark.driver.memory": "4g"}))
+    workdir = Path(tempfile.mkdtemp(prefix="convert-bench-"))
+    try:
+        yield spark, workdir
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+        if created:
+            spark.stop()
+
+
+def run(args: argparse.Namespace) -> list[dict]:
+    """Measures both writers and the job; returns the table's rows, the full record goes to args.json."""
+    # PeakMemory ends first: the Python workers end with the session.
+    with _session(args.master) as (spark, workdir), PeakMemory() as memory:
+        small = measure_writes(spark, args.small_rows, args.features, 1, workdir)
+        memory.sample()
+        small["driver_python_peak_mb"] = memory.python_mb
+        full = measure_writes(spark, args.rows, args.features, args.repeats, workdir)
+        memory.sample()
+        full["driver_python_peak_mb"] = memory.python_mb
+        job = measure_job(spark, args.rows, args.features, workdir)
+
+    data = f"{args.rows:,} x {args.features} floats"
+    rows = [result_row(f"convert: data_prep write, {data} (rows/s)", full["petastorm_rows_per_s"],
+                       full["plain_rows_per_s"], "df.write.parquet", "higher", f">= {TARGET:g}x", TARGET),
+            result_row(f"convert: prepare job end to end, {data} (rows/s)", job["rows_per_s"],
+                       full["plain_rows_per_s"], "df.write.parquet", "higher")]
+    rows = [row | memory.columns() for row in rows]
+    record = {"settings": {"rows": args.rows, "small_rows": args.small_rows, "features": args.features,
+                           "repeats": args.repeats, "master": args.master},
+              "small": small, "full": full, "job": job, "memory": memory.columns(), "rows": rows}
+    _write(args.json, record)
+    print_table(rows)
+    print(f"\nbest of {args.repeats} alternating writes each: plain {full['plain_s']:.2f} s, data_prep "
+          f"{full['petastorm_s']:.2f} s; prepare job {job['seconds']:.2f} s. Driver Python peak: "
+          f"{small['driver_python_peak_mb']:.0f} MB after {small['rows']:,} rows, "
+          f"{full['driver_python_peak_mb']:.0f} MB after {full['rows']:,} rows")
+    print(f"\nwritten: {args.json}")
+    return rows
+
+
+def run_scale(args: argparse.Namespace) -> list[dict]:
+    """The cost curve of data_prep's write; returns its points, also written to args.json."""
+    with _session(args.master) as (spark, workdir), PeakMemory() as memory:
+        points = measure_scale(spark, args.rows, args.features, workdir, memory)
+    _write(args.json, {"settings": {"rows": args.rows, "features": args.features, "master": args.master,
+                                    "factors": list(SCALE_FACTORS)}, "points": points})
+    header = ("data_prep write", "rows", "seconds", "rows/s", "seconds vs 1x", "driver peak MB", "worker peak MB")
+    print()
+    print(text_table([header, *((f"{p['factor']}x", f"{p['rows']:,}", f"{p['seconds']:.2f}", number(p["rows_per_s"]),
+                                 f"{p['seconds_vs_1x']:.2f}x", number(p["driver_peak_mb"]),
+                                 number(p["rank_peak_mb"])) for p in points)]))
+    print(f"\n{args.features} float features per row; one write per size after a warm-up write at 1x; peaks are "
+          "the highest so far.")
+    print(f"\nwritten: {args.json}")
+    return points
+
+
+def _write(path: Path, record: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2) + "\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.convert", description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, help=f"synthetic rows (default {ROWS:,}; with --scale {SCALE_ROWS:,}, "
+                                                 "the 1x of the curve)")
+    parser.add_argument("--small-rows", type=int, default=200_000, help="the smaller run of the memory check")
+    parser.add_argument("--features", type=int, default=32, help="float features per row")
+    parser.add_argument("--repeats", type=int, default=2, help="alternating writes per writer; the best is kept")
+    parser.add_argument("--master", default="local[2]", help="Spark master")
+    parser.add_argument("--scale", action="store_true",
+                        help=f"only data_prep's write, at {', '.join(f'{f}x' for f in SCALE_FACTORS)} of --rows")
+    parser.add_argument("--json", type=Path, help="where to write the results (default benchmarks/results/"
+                                                  "convert.json; with --scale convert_scale.json)")
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=2_000_000)
-    parser.add_argument("--small-rows", type=int, default=200_000, help="the smaller run of the memory check")
-    parser.add_argument("--features", type=int, default=32)
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--json", default="runs/bench/convert.json")
-    args = parser.parse_args(argv)
-
-    spark, _ = get_or_create_session(SparkConfig(master=args.master, conf={"spark.driver.memory": "4g"}))
-    with tempfile.TemporaryDirectory(prefix="convert-bench-") as tmp:
-        workdir = Path(tmp)
-        small = measure_writes(spark, args.small_rows, args.features, 1, workdir)
-        full = measure_writes(spark, args.rows, args.features, args.repeats, workdir)
-        job = measure_job(spark, args.rows, args.features, workdir)
-
-    print(f"{'':34}{'rows':>10}{'seconds':>10}{'rows/s':>12}{'vs plain':>10}")
-    print(f"{'plain df.write.parquet':34}{full['rows']:>10}{full['plain_s']:>10.2f}{full['plain_rows_per_s']:>12.0f}"
-          f"{1.0:>10.2f}")
-    print(f"{'data_prep write_split (petastorm)':34}{full['rows']:>10}{full['petastorm_s']:>10.2f}"
-          f"{full['petastorm_rows_per_s']:>12.0f}{full['ratio']:>10.2f}")
-    print(f"{'prepare job end to end':34}{job['rows']:>10}{job['seconds']:>10.2f}{job['rows_per_s']:>12.0f}"
-          f"{full['plain_s'] / job['seconds']:>10.2f}")
-    print(f"driver peak RSS: {small['driver_peak_rss_mb']:.0f} MB after {small['rows']} rows, "
-          f"{full['driver_peak_rss_mb']:.0f} MB after {full['rows']} rows, {job['driver_peak_rss_mb']:.0f} MB "
-          f"after the job")
-    out = Path(args.json)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"small": small, "full": full, "job": job, "features": args.features,
-                               "master": args.master}, indent=2) + "\n")
-    print(f"wrote {out}")
+    args = build_parser().parse_args(argv)
+    if args.rows is None:
+        args.rows = SCALE_ROWS if args.scale else ROWS
+    if args.json is None:
+        args.json = RESULTS_DIR / ("convert_scale.json" if args.scale else "convert.json")
+    if min(args.rows, args.small_rows, args.features, args.repeats) < 1:
+        raise SystemExit("--rows, --small-rows, --features and --repeats must be positive")
+    if args.scale:
+        run_scale(args)
+    else:
+        run(args)
     return 0
 
 
