@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -14,7 +15,7 @@ import pytest
 
 from sparkml_par import launch
 from sparkml_par.errors import SparkmlParError
-from sparkml_par.launch.rank import STALL_BEFORE_RENDEZVOUS
+from sparkml_par.faults import STALL_BEFORE_RENDEZVOUS
 from sparkml_par.launch.rank_plan import build_rank_plan
 
 SCENARIOS = Path(__file__).parent / "scripts" / "launch_scenarios.py"
@@ -39,9 +40,10 @@ def collectives():
     }
 
 
-def fail_on_rank_one():
+def fail_on_rank_one(calls: str):
     import horovod.torch as hvd
 
+    Path(calls, f"rank{hvd.rank()}-{os.getpid()}-{time.monotonic_ns()}").touch()
     if hvd.rank() == 1:
         raise ValueError("boom from rank 1")
     # Rank 0 waits in a collective rank 1 never joins: the launcher must stop it.
@@ -122,11 +124,13 @@ def test_two_ranks_as_local_processes():
     _check_collectives(launch.run(collectives, num_proc=2, mode="local"))
 
 
-def test_rank_failure_names_rank_and_traceback_without_hanging(spark):
+def test_rank_failure_names_rank_and_traceback_without_hanging(spark, tmp_path):
+    """An exception raised by the rank's code would only repeat: it is not retried."""
     started = time.monotonic()
     with pytest.raises(launch.LaunchError) as info:
-        launch.run(fail_on_rank_one, num_proc=2, rendezvous_timeout=60)
+        launch.run(fail_on_rank_one, str(tmp_path), num_proc=2, rendezvous_timeout=60)
     elapsed = time.monotonic() - started
+    assert sorted(p.name.split("-")[0] for p in tmp_path.iterdir()) == ["rank0", "rank1"]
     assert info.value.rank == 1
     assert str(info.value).startswith("rank 1 on host 127.0.0.1 failed: ValueError: boom from rank 1")
     assert "in fail_on_rank_one" in info.value.remote_traceback
@@ -156,6 +160,27 @@ def test_a_killed_rank_is_named_not_the_peer_that_lost_it(spark):
         launch.run(die_on_rank_one_in_step_three, num_proc=2)
     assert info.value.rank == 1
     _check_collectives(launch.run(collectives, num_proc=2))
+
+
+def die_once_on_rank_one(marker: str):
+    """Rank 1 is SIGKILLed in the first attempt only; every attempt's ranks leave a file behind."""
+    import horovod.torch as hvd
+    import torch
+
+    Path(marker + f".rank{hvd.rank()}-{os.getpid()}-{time.monotonic_ns()}").touch()
+    if hvd.rank() == 1 and not Path(marker).exists():
+        Path(marker).touch()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return hvd.allreduce(torch.ones(2) * (hvd.rank() + 1), op=hvd.Sum).tolist()
+
+
+def test_spark_reruns_the_stage_when_a_rank_process_dies(spark, tmp_path, caplog):
+    with caplog.at_level("WARNING", logger="sparkml_par.launch"):
+        results = launch.run(die_once_on_rank_one, str(tmp_path / "killed"), num_proc=2)
+    assert results == [[3.0, 3.0], [3.0, 3.0]]
+    assert "attempt 1 of 4: rank 1 on host 127.0.0.1 died without raising an error" in caplog.text
+    calls = sorted(p.name.split(".")[1].split("-")[0] for p in tmp_path.glob("killed.rank*"))
+    assert calls == ["rank0", "rank0", "rank1", "rank1"]
 
 
 def test_a_stalled_rank_is_named_instead_of_hanging(spark):

@@ -10,8 +10,10 @@ import torch
 import torch.nn.functional as F
 
 from data_prep.job import prepare
+from sparkml_par import faults
 from sparkml_par.config import load_config
 from sparkml_par.errors import SparkmlParError
+from sparkml_par.launch import LaunchError
 from sparkml_par.models.registry import build_from_spec
 from sparkml_par.train.artifact import load_model_artifact
 from sparkml_par.train.data import ShardBatches
@@ -107,6 +109,39 @@ def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(spark, synthe
     assert [json.loads(line)["epoch"] for line in metrics_lines] == [1, 2, 3, 4]
     checkpoints = sorted(p.name for p in (synthetic / "resumed" / "checkpoints").iterdir())
     assert checkpoints == ["checkpoint-00002.pt", "checkpoint-00003.pt", "checkpoint-00004.pt"]
+
+
+RESUMABLE = ["train.model=mlp", "train.model_args={hidden: [32], dropout: 0.2}", "train.optimizer=sgd",
+             "train.lr=0.05", "train.scheduler=step", "train.gamma=0.5", "train.batch_size=32", "train.epochs=4"]
+
+
+def test_a_killed_rank_is_rerun_by_spark_and_resumes_to_the_uninterrupted_weights(spark, synthetic, monkeypatch,
+                                                                                   caplog):
+    """Rank 1 SIGKILLs itself once at step 3 of epoch 2 of 4; Spark reruns the barrier stage, which resumes
+    from the epoch-1 checkpoint."""
+    uninterrupted = train(spark, _config(synthetic, "never-killed", *RESUMABLE))
+    monkeypatch.setenv(faults.KILL_AT_STEP, f"1:2:3:{synthetic / 'killed-once'}")
+    with caplog.at_level("WARNING", logger="sparkml_par.launch"):
+        rerun = train(spark, _config(synthetic, "killed", *RESUMABLE))
+    assert (synthetic / "killed-once").exists()
+    assert "attempt 1 of 4: rank 1 on host" in caplog.text and "died without raising an error" in caplog.text
+    assert rerun.epochs_run == 4 and [r["epoch"] for r in rerun.history] == [1, 2, 3, 4]
+    _assert_same_weights(_weights(rerun), _weights(uninterrupted), 1e-6)
+    metrics_lines = (synthetic / "killed" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["epoch"] for line in metrics_lines] == [1, 2, 3, 4]
+
+
+def test_a_rank_killed_in_every_attempt_names_the_rank_the_epoch_and_the_checkpoint(spark, synthetic, monkeypatch):
+    monkeypatch.setenv(faults.KILL_AT_STEP, "1:2:3")
+    with pytest.raises(LaunchError) as failure:
+        train(spark, _config(synthetic, "always-killed", *RESUMABLE))
+    message = str(failure.value)
+    checkpoint = synthetic / "always-killed" / "checkpoints" / "checkpoint-00001.pt"
+    assert message.startswith(f"training failed in epoch 2 of 4; the newest checkpoint is {checkpoint}: "
+                              f"`sparkml-par train` with the same config resumes from it.")
+    assert "rank 1 on host" in message and "died without raising an error" in message
+    assert "in attempt 4 of 4 (spark.stage.maxConsecutiveAttempts)" in message
+    assert failure.value.rank == 1
 
 
 def test_early_stopping_stops_every_rank_at_the_same_epoch(spark, synthetic):

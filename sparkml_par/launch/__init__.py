@@ -12,6 +12,7 @@ import logging
 import os
 from typing import Any, Callable, Literal
 
+from sparkml_par import faults
 from sparkml_par.errors import SparkmlParError
 from sparkml_par.launch.barrier import BarrierJob
 from sparkml_par.launch.channel import DriverChannel
@@ -40,7 +41,7 @@ def run(fn: Callable[..., Any], *args: Any, num_proc: int = 0, use_gpu: bool = F
         raise SparkmlParError(f"launch mode {mode!r} is not known; use 'barrier' or 'local'")
     if num_proc < 0:
         raise SparkmlParError(f"num_proc={num_proc} must be positive (0 means all slots)")
-    env = {str(k): str(v) for k, v in (env or {}).items()}
+    env = {**faults.forwarded(), **{str(k): str(v) for k, v in (env or {}).items()}}
     progress = on_progress or _log_rank0_progress
 
     if mode == "local":
@@ -55,11 +56,12 @@ def run(fn: Callable[..., Any], *args: Any, num_proc: int = 0, use_gpu: bool = F
     slots = check_barrier_launch(sc, num_proc)
     num_proc = num_proc or slots
     driver_host = sc.getConf().get("spark.driver.host")
-    with DriverChannel(driver_host, progress) as channel:
+    attempts = int(sc.getConf().get("spark.stage.maxConsecutiveAttempts", "4"))
+    with DriverChannel(driver_host, progress, attempts) as channel:
         spec = _spec(fn, args, kwargs, env, channel, timeout, use_gpu)
         what = f"barrier stage of {num_proc} ranks"
         job = BarrierJob(sc, spec, num_proc, f"sparkml_par: {getattr(fn, '__name__', 'fn')} on {num_proc} ranks")
-        return supervise(job, channel, num_proc, timeout, rendezvous_timeout, what, progress_timeout)
+        return supervise(job, channel, num_proc, timeout, rendezvous_timeout, what, progress_timeout, attempts)
 
 
 def _spec(fn, args, kwargs, env, channel: DriverChannel, timeout: float, use_gpu: bool) -> RankSpec:

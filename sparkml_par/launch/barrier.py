@@ -2,6 +2,11 @@
 
 Each task derives the rank plan from the stage's task addresses (no message needed) and rank 0
 starts the rendezvous on its own address; the driver's channel relays that address to the others.
+
+Spark aborts a failed barrier stage whose tasks return results to the driver ("Could not recover
+from a failed barrier ResultStage"), but retries a failed barrier stage that feeds a shuffle, up to
+spark.stage.maxConsecutiveAttempts times, all tasks together. So the rank results go through a
+one-partition shuffle: a rank process that dies makes Spark rerun the whole stage.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ def barrier_task(spec: RankSpec):
         me = ctx.partitionId()
         resources = ctx.resources()
         gpus = tuple(resources["gpu"].addresses) if spec.use_gpu and "gpu" in resources else ()
-        yield plan[me].rank, run_rank(spec, plan, me, ips[me], interface_for(ips[me]), gpus)
+        yield plan[me].rank, run_rank(spec, plan, me, ips[me], interface_for(ips[me]), gpus, ctx.taskAttemptId())
 
     return task
 
@@ -40,7 +45,7 @@ class BarrierJob:
         self._group = f"sparkml_par-{uuid.uuid4().hex[:12]}"
         self._results: list[tuple[int, Any]] | None = None
         self._error: BaseException | None = None
-        rdd = sc.parallelize(range(num_proc), num_proc).barrier().mapPartitions(barrier_task(spec))
+        rdd = sc.parallelize(range(num_proc), num_proc).barrier().mapPartitions(barrier_task(spec)).repartition(1)
 
         def collect() -> None:
             # Job groups are per thread in PySpark: set it in the thread that submits the job.

@@ -5,6 +5,10 @@ progress as they happen. The channel also relays rank 0's rendezvous address to 
 Spark barrier `allGather` would do the same but costs about a second (its coordinator polls). The driver listens on its own Spark address (never all interfaces) on an
 ephemeral port for the duration of one launch; each rank connects, proves it belongs to this launch
 with a random token, and sends JSON lines. Nothing received is executed or unpickled.
+
+When Spark retries a failed barrier stage, the new attempt's ranks connect to the same channel. Task
+attempt ids only grow, so a "started" with an id above every id of a failed attempt begins the next
+attempt with a fresh status, and late messages of the failed attempt's connections are dropped.
 """
 
 from __future__ import annotations
@@ -23,6 +27,9 @@ from typing import Any, Callable
 
 log = logging.getLogger("sparkml_par.rank")
 
+# What a rank raises when another rank's process vanished under a collective.
+PEER_LOST_ERRORS = ("HorovodInternalError",)
+
 
 @dataclass
 class RankStatus:
@@ -37,18 +44,35 @@ class RankStatus:
     last_progress: dict[int, dict[str, Any]] = field(default_factory=dict)
     # Ranks whose connection closed without "finished" or "failed": their process died.
     lost: dict[int, float] = field(default_factory=dict)
+    attempt: int = 1
+    since: float = field(default_factory=time.monotonic)
 
     def first_failure(self) -> dict[str, Any] | None:
         """The failure that arrived first: the others are usually ranks losing their peer in a collective."""
         return min(self.failures.values(), key=lambda f: f["received"], default=None)
 
+    @property
+    def failed(self) -> bool:
+        return bool(self.failures or self.lost)
+
+    def retryable(self) -> bool:
+        """A rank process died (or a peer saw it vanish): a new attempt may succeed. An exception raised by
+        the rank's own code would only repeat, so it is not retried."""
+        first = self.first_failure()
+        if self.lost and (first is None or min(self.lost.values()) <= first["received"]):
+            return True
+        return first is not None and first.get("error", "").startswith(PEER_LOST_ERRORS)
+
 
 class DriverChannel:
     """Receives rank messages; `on_progress` gets every progress record (e.g. per-epoch metrics)."""
 
-    def __init__(self, host: str, on_progress: Callable[[int, dict], None] | None = None):
+    def __init__(self, host: str, on_progress: Callable[[int, dict], None] | None = None, attempts: int = 1):
         self.token = secrets.token_hex(16)
         self.status = RankStatus()
+        self._attempts = attempts
+        self._attempt_task_ids: list[int] = []
+        self._stale_below = -1
         self._on_progress = on_progress
         self._lock = threading.Lock()
         self._handlers: list[threading.Thread] = []
@@ -74,26 +98,43 @@ class DriverChannel:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _closed(self, rank: int) -> None:
+    def _closed(self, rank: int, task_id: int) -> None:
         with self._lock:
+            if task_id < self._stale_below:
+                return
             if rank >= 0 and rank not in self.status.finished and rank not in self.status.failures:
                 self.status.lost[rank] = time.time()
 
-    def _wait_for_rendezvous(self, timeout: float) -> list | None:
+    def _wait_for_rendezvous(self, timeout: float, task_id: int) -> list | None:
         self._rendezvous_known.wait(timeout)
-        return self._rendezvous_address
+        return None if task_id < self._stale_below else self._rendezvous_address
 
-    def _receive(self, message: dict) -> None:
+    def _start_next_attempt(self, task_id: int) -> None:
+        """Called with the lock held when a rank of a new stage attempt says it started."""
+        if (self.status.failed and self.status.retryable() and self.status.attempt < self._attempts
+                and task_id > max(self._attempt_task_ids, default=-1)):
+            self._stale_below = max(self._attempt_task_ids, default=-1) + 1
+            self.status = RankStatus(attempt=self.status.attempt + 1)
+            self._attempt_task_ids = []
+            self._rendezvous_address = None
+            self._rendezvous_known.clear()
+
+    def _receive(self, message: dict, task_id: int = 0) -> None:
         rank = int(message.get("rank", -1))
         kind = message.get("type")
         now = time.time()
         with self._lock:
+            if kind == "started":
+                self._start_next_attempt(task_id)
+            if task_id < self._stale_below:
+                return
             self.status.last_seen[rank] = now
             if kind == "log":
                 log.info("[rank %d] %s", rank, message.get("line", ""))
             elif kind == "started":
                 self.status.started[rank] = now
                 self.status.hosts[rank] = message.get("host", "?")
+                self._attempt_task_ids.append(task_id)
             elif kind == "joining":
                 self.status.joining[rank] = now
             elif kind == "initialized":
@@ -123,20 +164,21 @@ def _handler_for(channel: DriverChannel):
             first = self.rfile.readline(256).decode("ascii", "replace").strip()
             if not hmac.compare_digest(first, channel.token):
                 return
-            rank = -1
+            rank, task_id = -1, 0
             for raw in self.rfile:
                 try:
                     message = json.loads(raw)
                 except ValueError:
                     continue
                 rank = int(message.get("rank", rank))
+                task_id = int(message.get("task_id", task_id))
                 if message.get("type") == "await_rendezvous":
-                    address = channel._wait_for_rendezvous(float(message.get("timeout", 60)))
+                    address = channel._wait_for_rendezvous(float(message.get("timeout", 60)), task_id)
                     self.wfile.write(json.dumps({"address": address}).encode() + b"\n")
                     self.wfile.flush()
                 else:
-                    channel._receive(message)
-            channel._closed(rank)
+                    channel._receive(message, task_id)
+            channel._closed(rank, task_id)
     return Handler
 
 

@@ -15,13 +15,12 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from sparkml_par import faults
 from sparkml_par.launch import horovod_backend
 from sparkml_par.launch.channel import ForwardingStream, RankChannel
 from sparkml_par.launch.rank_plan import RankSlot
 
 FAILURE_MARKER = "SPARKML_PAR_RANK_FAILURE"
-# Fault injection for reliability tests: the named rank stalls before joining the rendezvous.
-STALL_BEFORE_RENDEZVOUS = "SPARKML_PAR_FAULT_STALL_BEFORE_RENDEZVOUS"
 
 
 @dataclass(frozen=True)
@@ -75,12 +74,14 @@ def current_rank() -> RankContext | None:
 
 
 def run_rank(spec: RankSpec, plan: list[RankSlot], task: int, own_ip: str, iface: str,
-             gpu_addresses: tuple[str, ...] = ()) -> Any:
-    """Runs spec.fn as the rank that `plan` gives task number `task`; rank 0 hosts the rendezvous."""
+             gpu_addresses: tuple[str, ...] = (), task_id: int = 0) -> Any:
+    """Runs spec.fn as the rank that `plan` gives task number `task`; rank 0 hosts the rendezvous.
+
+    task_id is Spark's task attempt id: it tells the driver which stage attempt this rank belongs to."""
     global _current
     slot = plan[task]
     channel = RankChannel(spec.channel_address, spec.token, slot.rank)
-    channel.send("started", host=slot.host, task=slot.task, pid=os.getpid())
+    channel.send("started", host=slot.host, task=slot.task, pid=os.getpid(), task_id=task_id)
     saved_env = dict(os.environ)
     saved_streams = sys.stdout, sys.stderr
     initialized = False
@@ -98,7 +99,7 @@ def run_rank(spec: RankSpec, plan: list[RankSlot], task: int, own_ip: str, iface
             _bind_gpu(gpu_addresses)
         sys.stdout = ForwardingStream(channel, saved_streams[0])
         sys.stderr = ForwardingStream(channel, saved_streams[1])
-        if os.environ.get(STALL_BEFORE_RENDEZVOUS) == str(slot.rank):
+        if os.environ.get(faults.STALL_BEFORE_RENDEZVOUS) == str(slot.rank):
             time.sleep(spec.timeout)
         channel.send("joining")
         horovod_backend.init_horovod(slot)

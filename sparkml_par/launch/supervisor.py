@@ -2,7 +2,9 @@
 
 Both launchers (barrier stage, local processes) hand the supervisor a job it can wait on and cancel;
 rank events arrive on the channel. The first failed rank wins: its error and remote traceback become
-the driver's error, and the job is cancelled so no rank is left waiting in a collective.
+the driver's error, and the job is cancelled so no rank is left waiting in a collective. A rank
+process that died is the one failure a new attempt can cure: while attempts remain, the supervisor
+lets Spark rerun the stage instead of cancelling it.
 """
 
 from __future__ import annotations
@@ -38,22 +40,32 @@ class Job(Protocol):
 
 
 def supervise(job: Job, channel: DriverChannel, num_proc: int, timeout: float, rendezvous_timeout: float,
-              what: str, progress_timeout: float = 0.0) -> list[Any]:
-    """Waits for the job; progress_timeout > 0 fails it when an initialized rank sends nothing for that long."""
+              what: str, progress_timeout: float = 0.0, attempts: int = 1) -> list[Any]:
+    """Waits for the job; progress_timeout > 0 fails it when an initialized rank sends nothing for that long.
+
+    attempts is how many times Spark runs the stage (spark.stage.maxConsecutiveAttempts for a barrier
+    stage); rendezvous and progress timeouts apply to each attempt from its own start.
+    """
     submitted = time.monotonic()
-    launch_logged = False
+    logged: set[tuple[str, int]] = set()
     try:
         while not job.wait(0.2):
             status = channel.status
             now = time.monotonic()
-            if status.failures:
+            if status.failed:
+                if status.retryable() and status.attempt < attempts:
+                    if ("retry", status.attempt) not in logged:
+                        log.warning("%s, attempt %d of %d: %s; Spark reruns the stage", what, status.attempt,
+                                    attempts, str(_failure_error(status)).splitlines()[0])
+                        logged.add(("retry", status.attempt))
+                    continue
                 job.cancel()
                 job.wait(10)
-                raise _failure_error(status)
-            if not launch_logged and len(status.initialized) == num_proc:
-                log.info("%s: %d ranks initialized in %.2f s", what, num_proc, now - submitted)
-                launch_logged = True
-            if len(status.initialized) < num_proc and now - submitted > rendezvous_timeout:
+                raise _failure_error(status, attempts)
+            if ("initialized", status.attempt) not in logged and len(status.initialized) == num_proc:
+                log.info("%s: %d ranks initialized in %.2f s", what, num_proc, now - status.since)
+                logged.add(("initialized", status.attempt))
+            if len(status.initialized) < num_proc and now - status.since > rendezvous_timeout:
                 job.cancel()
                 raise LaunchError(_rendezvous_timeout_message(what, status, num_proc, rendezvous_timeout))
             if progress_timeout and len(status.initialized) == num_proc:
@@ -79,8 +91,8 @@ def supervise(job: Job, channel: DriverChannel, num_proc: int, timeout: float, r
     except LaunchError:
         raise
     except Exception as exc:
-        if channel.status.failures or channel.status.lost:
-            raise _failure_error(channel.status) from None
+        if channel.status.failed:
+            raise _failure_error(channel.status, attempts) from None
         if match := _FAILURE_PATTERN.search(str(exc)):
             raise _rank_error(json.loads(match.group(1))) from None
         raise LaunchError(f"{what}: failed before any rank reported an error:\n{_python_error(str(exc))}") from exc
@@ -98,7 +110,7 @@ def _rendezvous_timeout_message(what: str, status: RankStatus, num_proc: int, re
             f"or raise the rendezvous timeout if executors are slow to start")
 
 
-def _failure_error(status: RankStatus) -> LaunchError:
+def _failure_error(status: RankStatus, attempts: int = 1) -> LaunchError:
     """A rank whose process died before the first reported failure is the cause; the failures that
     follow are its peers losing it in a collective."""
     first = status.first_failure()
@@ -110,8 +122,10 @@ def _failure_error(status: RankStatus) -> LaunchError:
     progress = status.last_progress.get(rank)
     where = f" after its last progress record {progress}" if progress else " before reporting any progress"
     followed = f"; then rank {first['rank']} failed: {first.get('error', '')}" if first else ""
+    retries = (f" in attempt {status.attempt} of {attempts} (spark.stage.maxConsecutiveAttempts), so no attempt "
+               f"is left" if attempts > 1 else "")
     return LaunchError(f"rank {rank} on host {host} died without raising an error (its process exited: killed, "
-                       f"out of memory, or a crash in native code){where}{followed}", rank=rank, host=host)
+                       f"out of memory, or a crash in native code){where}{retries}{followed}", rank=rank, host=host)
 
 
 def _rank_error(failure: dict) -> LaunchError:

@@ -98,6 +98,11 @@ def load_latest_checkpoint(directory: str | os.PathLike, fingerprint: dict) -> d
     return None
 
 
+def newest_checkpoint(directory: str | os.PathLike) -> Path | None:
+    """The newest checkpoint file by its name, without reading it: for messages about where a run stands."""
+    return max(_checkpoints(Path(directory)), default=(0, None))[1]
+
+
 def capture_rng_state() -> dict[str, Any]:
     """torch (CPU and CUDA), numpy and python `random` states, as tensors and plain values."""
     version, internal, gauss_next = random.getstate()

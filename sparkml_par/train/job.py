@@ -17,7 +17,7 @@ from sparkml_par.config import Config
 from sparkml_par.errors import SparkmlParError
 from sparkml_par.launch.slots import check_barrier_launch
 from sparkml_par.models.registry import build_from_spec, model_spec
-from sparkml_par.train.checkpoint import checkpoint_fingerprint
+from sparkml_par.train.checkpoint import checkpoint_fingerprint, newest_checkpoint
 from sparkml_par.train.loop import TrainJob, train_rank
 
 log = logging.getLogger("sparkml_par.train")
@@ -97,22 +97,32 @@ def train(spark, cfg: Config) -> TrainResult:
              cfg.train.model, num_proc, cfg.train.launcher, job.split_rows["train"], cfg.train.batch_size,
              cfg.train.epochs)
     started = time.monotonic()
-    results = launch.run(train_rank, job, num_proc=num_proc, mode=cfg.train.launcher, use_gpu=cfg.spark.use_gpu,
-                         timeout=cfg.train.timeout, progress_timeout=cfg.train.step_timeout, spark=spark,
-                         on_progress=_log_epoch(cfg.train.epochs))
+    epochs_done: list[int] = []
+    try:
+        results = launch.run(train_rank, job, num_proc=num_proc, mode=cfg.train.launcher, use_gpu=cfg.spark.use_gpu,
+                             timeout=cfg.train.timeout, progress_timeout=cfg.train.step_timeout, spark=spark,
+                             on_progress=_log_epoch(cfg.train.epochs, epochs_done))
+    except launch.LaunchError as exc:
+        newest = newest_checkpoint(Path(job.output) / "checkpoints")
+        where = (f"the newest checkpoint is {newest}: `sparkml-par train` with the same config resumes from it"
+                 if newest else f"no checkpoint was written under {job.output}/checkpoints")
+        epoch = (epochs_done[-1] if epochs_done else 0) + 1
+        raise launch.LaunchError(f"training failed in epoch {epoch} of {cfg.train.epochs}; {where}.\n{exc}",
+                                 rank=exc.rank, host=exc.host, remote_traceback=exc.remote_traceback) from None
     chief = results[0]
     return TrainResult(history=chief["history"], test=chief["test"], artifact=chief["artifact"],
                        epochs_run=chief["epochs_run"], stopped_early=chief["stopped_early"],
                        seconds=time.monotonic() - started)
 
 
-def _log_epoch(epochs: int):
+def _log_epoch(epochs: int, epochs_done: list[int]):
     """Rank 0's epoch records as progress lines, with an ETA from the epochs seen so far."""
     times: list[float] = []
 
     def on_progress(rank: int, record: dict) -> None:
         if rank != 0:
             return
+        epochs_done.append(record["epoch"])
         times.append(record["epoch_time"])
         metrics = " ".join(f"{k}={v:.4g}" for k, v in record.items()
                            if k.startswith(("train_", "val_")) and isinstance(v, (int, float)))

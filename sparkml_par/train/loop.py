@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from sparkml_par import faults
 from sparkml_par.config import TrainConfig
 from sparkml_par.errors import ConfigError
 from sparkml_par.launch import current_rank
@@ -145,6 +146,7 @@ def _train_epoch(model, optimizer, schedule, scaler, data: ShardBatches, epoch: 
     for index, (x, y) in enumerate(data.epoch(epoch, steps)):
         if context is not None:
             context.heartbeat()
+            faults.kill_if_planned(context.slot.rank, epoch + 1, index + 1)
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         sums += _forward_backward(model, x, y, task, cfg, scaler, device)
         if (index + 1) % cfg.accumulation_steps == 0:
