@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-stamp
 
-.PHONY: setup quickstart test doctor clean
+.PHONY: setup quickstart test doctor bench clean
 
 setup: $(STAMP)
 
@@ -26,6 +26,10 @@ test: setup
 
 doctor: setup
 	$(VENV)/bin/sparkml-par doctor
+
+# Every benchmark, one table (benchmarks/results/suite.md); BENCH_ARGS="convert read" for some, "--scale" for the cost curve.
+bench: setup
+	$(PY) -m benchmarks $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

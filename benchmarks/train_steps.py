@@ -10,14 +10,15 @@ all-reduce here) and `optimizer.step()` (Horovod waits for its all-reduces here)
 started by `sparkml_par.launch` (barrier stage, local[2]) as the trainer's are; the DDP ranks are two
 plain processes joined by torch.distributed gloo on loopback. Variants:
 
-- `hvd default`: `hvd.DistributedOptimizer` as sparkml_par.train.distributed builds it (one all-reduce
-  request per gradient tensor, fused by Horovod's background cycle);
-- `hvd groups=1`: the same with `groups=1`: all gradients go out as one grouped all-reduce, so one
-  negotiation per step (the trainer does not pass this today);
+- `hvd default`: `hvd.DistributedOptimizer` with Horovod's defaults (one all-reduce request per
+  gradient tensor, fused by Horovod's background cycle);
+- `hvd groups=1`: the same with `groups=1`, as sparkml_par.train.distributed builds it: all gradients
+  go out as one grouped all-reduce, so one negotiation per step;
 - `hvd <NAME=value>`: the default optimizer with each --env Horovod setting.
 
-Mean and median ms per step over the steps after the first 50, rank 0; the rounds alternate the variants.
-Prints one table and writes benchmarks/results/train_steps.json.
+Mean ms per step over the steps after the first 50, rank 0, next to DDP's (lower is better), with the
+medians of forward + backward and of the step; the rounds alternate the variants. Prints one table and
+writes benchmarks/results/train_steps.json.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ import statistics
 import sys
 import time
 from pathlib import Path
+
+from benchmarks.memory import PeakMemory
+from benchmarks.table import print_table, result_row
 
 RESULTS_PATH = Path(__file__).resolve().parent / "results" / "train_steps.json"
 HIDDEN = [256, 256]
@@ -129,33 +133,32 @@ def run(args: argparse.Namespace) -> list[dict]:
     runs: dict[str, list[dict]] = {"ddp (torch gloo)": [], "hvd default": [], "hvd groups=1": [],
                                    **{name: [] for name in env_variants}}
     try:
-        for round_index in range(args.rounds):
-            print(f"round {round_index + 1}/{args.rounds} ...", flush=True)
-            runs["ddp (torch gloo)"].append(ddp(args.batch, args.steps))
-            for name, groups, env in [("hvd default", None, {}), ("hvd groups=1", 1, {}),
-                                      *((name, None, env) for name, env in env_variants.items())]:
-                records = launch.run(horovod_rank, args.batch, args.steps, groups, num_proc=2, spark=spark, env=env,
-                                     on_progress=lambda rank, record: None)
-                runs[name].append(records[0])
+        with PeakMemory() as memory:
+            for round_index in range(args.rounds):
+                print(f"round {round_index + 1}/{args.rounds} ...", flush=True)
+                runs["ddp (torch gloo)"].append(ddp(args.batch, args.steps))
+                for name, groups, env in [("hvd default", None, {}), ("hvd groups=1", 1, {}),
+                                          *((name, None, env) for name, env in env_variants.items())]:
+                    records = launch.run(horovod_rank, args.batch, args.steps, groups, num_proc=2, spark=spark,
+                                         env=env, on_progress=lambda rank, record: None)
+                    runs[name].append(records[0])
     finally:
         if created:
             spark.stop()
-    baseline = statistics.median(r["mean_ms"] for r in runs["ddp (torch gloo)"])
-    rows = []
-    for name, records in runs.items():
-        row = {"variant": name, **{key: statistics.median(r[key] for r in records) for key in records[0]}}
-        row["ddp_time_ratio"] = baseline / row["mean_ms"]  # > 1: faster than DDP
-        rows.append(row)
+    medians = {name: {key: statistics.median(r[key] for r in records) for key in records[0]}
+               for name, records in runs.items()}
+    baseline = medians.pop("ddp (torch gloo)")
+    rows = [result_row(f"train_steps: MLP step, {name} (mean ms)", values["mean_ms"], baseline["mean_ms"],
+                       "DDP, torch gloo", "lower") | memory.columns() for name, values in medians.items()]
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"settings": vars(args) | {"json": str(args.json)}, "runs": runs, "rows": rows},
-                                    indent=1))
-    print(f"\n{'variant':<28} {'fwd+bwd ms':>10} {'step ms':>8} {'median ms':>9} {'mean ms':>8} {'DDP/this':>9}")
-    for row in rows:
-        print(f"{row['variant']:<28} {row['forward_backward_ms']:>10.2f} {row['step_ms']:>8.2f} "
-              f"{row['median_ms']:>9.2f} {row['mean_ms']:>8.2f} {row['ddp_time_ratio']:>8.2f}x")
-    print(f"\nMLP 32-{'-'.join(map(str, HIDDEN))}-10, {args.batch} rows per rank, 2 ranks, 1 torch thread, in-memory "
-          f"batches; rank 0, steps {SKIP + 1}..{args.steps}, median over {args.rounds} alternating rounds. "
-          f"DDP/this = DDP's mean step time / this variant's (>= 1: as fast as DDP or faster).")
+    args.json.write_text(json.dumps({"settings": vars(args) | {"json": str(args.json)}, "runs": runs,
+                                     "medians": medians, "ddp": baseline, "rows": rows}, indent=1))
+    print_table(rows)
+    print("\nms per step, forward + backward / optimizer.step(): DDP "
+          f"{baseline['forward_backward_ms']:.2f} / {baseline['step_ms']:.2f}; "
+          + "; ".join(f"{name} {v['forward_backward_ms']:.2f} / {v['step_ms']:.2f}" for name, v in medians.items()))
+    print(f"MLP 32-{'-'.join(map(str, HIDDEN))}-10, {args.batch} rows per rank, 2 ranks, 1 torch thread, in-memory "
+          f"batches; rank 0, steps {SKIP + 1}..{args.steps}, median over {args.rounds} alternating rounds.")
     print(f"written: {args.json}")
     return rows
 
