@@ -95,7 +95,9 @@ def apply_feature_pipeline(spark_df, dataset_path: str):
                               f"directory of a finished `sparkml-par prepare` run")
     types = manifest.get("raw_feature_types", {})
     for name in manifest["raw_feature_columns"]:
-        require_column(name, spark_df.columns, "scoring input")
+        require_column(name, spark_df.columns, "scoring input",
+                       fix=f"the model's features are built from the raw columns {manifest['raw_feature_columns']!r}: "
+                           f"give the input all of them")
     if manifest["feature_pipeline"] is None:
         (name,) = manifest["raw_feature_columns"]
         return spark_df.withColumn(FEATURES, spark_df[f"`{name}`"].cast("array<float>"))

@@ -8,7 +8,9 @@ except the 1,797 rows of scikit-learn's digits, which ship with the library.
 
 from __future__ import annotations
 
+import contextlib
 import io
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,9 +73,44 @@ def _input_files(spark, cfg: DataConfig, url: str) -> list[tuple[str, int, int]]
     if cfg.source == "images":
         files = [f for f in files if f[0].rsplit(".", 1)[-1].lower() in IMAGE_EXTENSIONS]
     if not files:
-        kind = "image files (.png, .jpg, .jpeg)" if cfg.source == "images" else "files"
-        raise SparkmlParError(f"data.path {cfg.path!r} holds no {kind}; the input is empty")
+        kind, fix = (("image files (.png, .jpg, .jpeg)", "a folder with one subfolder of images per class")
+                     if cfg.source == "images" else ("files", "a non-empty input"))
+        raise SparkmlParError(f"data.path {cfg.path!r} holds no {kind}; the input is empty; point data.path at {fix}")
     return files
+
+
+# Spark's error for an input file it cannot read, and the root cause at the end of the Java trace.
+_FAILED_READ = re.compile(r"\[FAILED_READ_FILE\.\w+\] Encountered error while reading file (\S+?)\.(?:\s|$)")
+_ROOT_CAUSE = re.compile(r"^Caused by: [\w.$]+: (.+)$", re.M)
+
+
+def unreadable_file_error(exc: BaseException, setting: str, path: str, file_format: str) -> SparkmlParError | None:
+    """Spark's error for an input file it cannot read (truncated, or not in the declared format) as an error
+    that names the file; None for any other error."""
+    text = str(exc)
+    failed = _FAILED_READ.search(text)
+    if failed is None:
+        return None
+    causes = _ROOT_CAUSE.findall(text)
+    cause = f" ({causes[-1].strip()})" if causes else ""
+    return SparkmlParError(f"{setting} {path!r}: cannot read {failed.group(1)!r}{cause}; the file is truncated or "
+                           f"not {file_format}: write it again or remove it from {setting}")
+
+
+@contextlib.contextmanager
+def naming_unreadable_files(cfg: DataConfig):
+    """Around Spark work that reads the input: an unreadable file fails with its name, not a Java stack trace.
+
+    Spark reads most files only when a job runs, so this wraps the first job over the input as well as
+    the schema inference that reads a footer.
+    """
+    try:
+        yield
+    except Exception as exc:
+        error = unreadable_file_error(exc, "data.path", cfg.path, cfg.source)
+        if error is None:
+            raise
+        raise error from None
 
 
 def _with_content_row_id(df, raw_columns: list[str]):
@@ -112,7 +149,9 @@ def _json(spark, cfg: DataConfig, url: str):
 
 
 def _parquet(spark, cfg: DataConfig, url: str):
-    return _with_corrupt_record(spark.read.parquet(url), "_corrupt_record", "malformed_row")
+    with naming_unreadable_files(cfg):  # schema inference reads a file's footer
+        df = spark.read.parquet(url)
+    return _with_corrupt_record(df, "_corrupt_record", "malformed_row")
 
 
 def _images(spark, cfg: DataConfig, url: str, fingerprint: str) -> Ingested:

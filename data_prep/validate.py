@@ -12,7 +12,7 @@ import difflib
 from dataclasses import dataclass
 from typing import Any
 
-from data_prep.ingest import INGEST_ERROR, INTERNAL_COLUMNS, RAW_RECORD, ROW_ID, Ingested
+from data_prep.ingest import INGEST_ERROR, INTERNAL_COLUMNS, RAW_RECORD, ROW_ID, Ingested, naming_unreadable_files
 from sparkml_par.config import ColumnSpec, DataConfig
 from sparkml_par.errors import SparkmlParError
 
@@ -32,8 +32,9 @@ class Validated:
     features: list[ColumnSpec]
 
 
-def require_column(name: str, columns: list[str], setting: str) -> str:
-    """The column if present; otherwise an error naming the closest existing column."""
+def require_column(name: str, columns: list[str], setting: str, fix: str | None = None) -> str:
+    """The column if present; otherwise an error naming the closest existing column and the fix
+    (by default: set the setting to one of the input's columns)."""
     if name in columns:
         return name
     close = difflib.get_close_matches(name, columns, n=1, cutoff=0.6)
@@ -41,7 +42,8 @@ def require_column(name: str, columns: list[str], setting: str) -> str:
         close = [c for c in columns if c.lower() == name.lower()]
     hint = f"did you mean {close[0]!r}? " if close else ""
     raise SparkmlParError(f"{setting}: column {name!r} is not in the input; {hint}"
-                          f"the input's columns are {', '.join(map(repr, columns))}")
+                          f"the input's columns are {', '.join(map(repr, columns))}; "
+                          f"{fix or f'set {setting} to one of them'}")
 
 
 def validate(ing: Ingested, cfg: DataConfig) -> Validated:
@@ -74,7 +76,8 @@ def validate(ing: Ingested, cfg: DataConfig) -> Validated:
                           *[v.alias(f"_typed_{i}") for i, v in enumerate(typed.values())])
 
     counts = annotated.groupBy(REJECT_REASON).agg(F.count(F.lit(1)).alias("n"), F.max("_label_value").alias("top"))
-    rows = counts.collect()  # one row per reason: an aggregate, not data
+    with naming_unreadable_files(cfg):  # the first job that reads every input file
+        rows = counts.collect()  # one row per reason: an aggregate, not data
     rows_in = sum(r["n"] for r in rows)
     if rows_in == 0:
         raise SparkmlParError(f"data.path {cfg.path!r} has no rows ({cfg.source} input is empty); "

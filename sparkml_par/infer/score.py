@@ -69,7 +69,7 @@ def score_job(spark, cfg: Config) -> ScoreResult:
     started = time.monotonic()
     staging = publish.staging_url(url)
     try:
-        _run_spark_action(lambda: predictions.write.parquet(staging))
+        _run_spark_action(lambda: predictions.write.parquet(staging), source)
         seconds = time.monotonic() - started
         written = spark.read.parquet(staging)  # evaluate what was written: the model does not run again
         rows = written.count()
@@ -86,12 +86,15 @@ def score_job(spark, cfg: Config) -> ScoreResult:
     return ScoreResult(output=url, rows=rows, metrics=evaluation, seconds=seconds)
 
 
-def _run_spark_action(action) -> None:
-    """Runs a Spark action; a failed per-row input check becomes a SparkmlParError with the row's message."""
+def _run_spark_action(action, source: str) -> None:
+    """Runs a Spark action; a failed per-row input check, or an input file Spark cannot read, becomes a
+    SparkmlParError with the row's message or the file's name."""
+    from data_prep.ingest import unreadable_file_error
+
     try:
         action()
     except Exception as exc:
-        error = inputs.user_error_in(exc)
+        error = inputs.user_error_in(exc) or unreadable_file_error(exc, "score.input", source, "Parquet")
         if error is None:
             raise
         raise error from None
