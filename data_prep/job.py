@@ -42,6 +42,7 @@ def prepare(spark, cfg: DataConfig) -> PrepareResult:
     output = mf.qualify_url(cfg.output)
     ing = ingest(spark, cfg)
     fingerprint = mf.fingerprint(cfg, ing.input_fingerprint)
+    mf.clear_leftovers(spark, output)
     existing = mf.check_existing_output(spark, output, fingerprint, cfg.mode)
     if existing is not None:
         log.info("%s already holds this dataset (fingerprint %s): nothing to do", output, fingerprint)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 import uuid
 from datetime import datetime, timezone
@@ -19,6 +20,8 @@ from urllib.parse import urlparse
 
 from sparkml_par.config import DataConfig
 from sparkml_par.errors import SparkmlParError
+
+log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "_manifest.json"
@@ -137,6 +140,21 @@ def check_existing_output(spark, output_url: str, new_fingerprint: str, mode: st
         f"data.output {output_url!r} already holds a dataset built from a different config or input "
         f"(fingerprint {manifest.get('fingerprint')!r}, created {manifest.get('created')!r}; this run's "
         f"fingerprint is {new_fingerprint!r}); choose another data.output or set data.mode=overwrite")
+
+
+def clear_leftovers(spark, output_url: str) -> None:
+    """Clears what a killed run left beside the output (one job writes an output at a time): its
+    staging is deleted, and an old output it had moved aside is put back if nothing replaced it."""
+    fs = HadoopFs(spark, output_url)
+    for retired in fs.glob(f"{output_url}.old-*"):
+        if not fs.exists(output_url):
+            log.warning("restoring %s from %s, moved aside by a run that did not finish", output_url, retired.getPath())
+            fs.rename(retired.getPath().toString(), output_url)
+        else:
+            fs.delete(retired.getPath().toString())
+    for leftover in fs.glob(f"{output_url}.tmp-*"):
+        log.warning("deleting %s, left beside %s by a run that did not finish", leftover.getPath(), output_url)
+        fs.delete(leftover.getPath().toString())
 
 
 def staging_url(output_url: str) -> str:

@@ -37,7 +37,11 @@ class StageRecord:
 
 
 class RunState:
-    """stages.json of a run directory, rewritten atomically after every stage."""
+    """stages.json of a run directory, rewritten atomically when a stage starts and when it finishes.
+
+    A stage that started but never finished (the run was killed) keeps its fingerprint, so the next
+    run knows its partial output (e.g. training checkpoints) belongs to the same config.
+    """
 
     def __init__(self, run_dir: Path):
         self.path = run_dir / "stages.json"
@@ -46,8 +50,18 @@ class RunState:
     def matches(self, stage: str, fingerprint: str) -> bool:
         return self.stages.get(stage, {}).get("fingerprint") == fingerprint
 
+    def finished(self, stage: str) -> bool:
+        return self.stages.get(stage, {}).get("finished", False)
+
+    def started(self, stage: str, fingerprint: str) -> None:
+        self.stages[stage] = {"fingerprint": fingerprint, "finished": False}
+        self._write()
+
     def record(self, stage: str, record: StageRecord) -> None:
-        self.stages[stage] = dataclasses.asdict(record)
+        self.stages[stage] = {**dataclasses.asdict(record), "finished": True}
+        self._write()
+
+    def _write(self) -> None:
         temp = self.path.with_name(".stages.json.tmp")
         temp.write_text(json.dumps(self.stages, indent=2, default=str))
         os.replace(temp, self.path)
@@ -74,16 +88,18 @@ def run_pipeline(spark, cfg: Config) -> dict[str, StageRecord]:
     def stage(index: int, name: str, fp: str, complete: Callable[[], bool],
               work: Callable[[bool], tuple[str, dict[str, Any]]]) -> StageRecord:
         position = f"[{index}/{len(STAGES) if tuning else len(STAGES) - 1}] {name}"
-        if STAGES.index(name) < forced and state.matches(name, fp) and complete():
+        same = STAGES.index(name) < forced and state.matches(name, fp)
+        if same and state.finished(name) and complete():
             log.info("%s: unchanged since the last run, skipped", position)
-            record = StageRecord(**state.stages[name])
+            record = StageRecord(**{k: v for k, v in state.stages[name].items() if k != "finished"})
             record.summary = {**record.summary, "skipped": True}
         else:
             log.info("%s ...", position)
             stage_started = time.monotonic()
+            state.started(name, fp)
             # Work may continue from its own partial output only if nothing changed and nothing was forced.
             with spark_progress(spark):
-                output, summary = work(STAGES.index(name) < forced and state.matches(name, fp))
+                output, summary = work(same)
             record = StageRecord(fp, output, time.monotonic() - stage_started, summary)
             state.record(name, record)
             log.info("%s done in %.1f s", position, record.seconds)

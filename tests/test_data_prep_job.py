@@ -128,6 +128,17 @@ def test_a_failed_job_leaves_no_dataset_and_no_staging(spark, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_what_a_killed_job_left_beside_the_output_is_cleared(spark, tmp_path):
+    """A staging directory is deleted; an old dataset moved aside with nothing in its place is put back."""
+    cfg = DataConfig(source="digits", max_shards=2, output=str(tmp_path / "ds"))
+    prepare(spark, cfg)
+    (tmp_path / "ds.tmp-0123456789ab" / "train").mkdir(parents=True)
+    (tmp_path / "ds").rename(tmp_path / "ds.old-0123456789ab")
+    again = prepare(spark, cfg)
+    assert again.skipped and (tmp_path / "ds" / "_manifest.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds"]
+
+
 def test_synthetic_rows_and_splits_do_not_depend_on_partitioning(spark, tmp_path):
     def rows(partitions):
         out = tmp_path / f"p{partitions}"

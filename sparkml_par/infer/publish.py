@@ -10,10 +10,9 @@ Hadoop's FileSystem, so any URL Spark writes works.
 from __future__ import annotations
 
 import json
-import uuid
 from typing import Any
 
-from data_prep.manifest import HadoopFs, qualify_url, replace_directory
+from data_prep.manifest import HadoopFs, clear_leftovers, qualify_url, replace_directory, staging_url
 from sparkml_par.errors import SparkmlParError
 
 METRICS_FILE = "_metrics.json"
@@ -25,14 +24,11 @@ def output_url(output: str) -> str:
 
 def check_output(spark, url: str) -> None:
     """Refuses to replace anything but an earlier run's predictions (recognised by their metrics file)."""
+    clear_leftovers(spark, url)
     fs = HadoopFs(spark, url)
     if fs.exists(url) and not fs.exists(f"{url}/{METRICS_FILE}"):
         raise SparkmlParError(f"score.output {url!r} already exists and holds no predictions (no {METRICS_FILE}); "
                               f"choose another score.output or remove it")
-
-
-def staging_url(url: str) -> str:
-    return f"{url}.tmp-{uuid.uuid4().hex[:12]}"
 
 
 def write_metrics_file(spark, staging: str, payload: dict[str, Any]) -> None:
