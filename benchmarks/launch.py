@@ -132,9 +132,9 @@ class _EventLog:
                 launches.append(self.events)
                 super().__init__(*args, **kwargs)
 
-            def _receive(self, message: dict) -> None:
+            def _receive(self, message: dict, task_id: int = 0) -> None:
                 self.events.append((time.time(), int(message.get("rank", -1)), str(message.get("type"))))
-                super()._receive(message)
+                super()._receive(message, task_id)
 
         launch_module.DriverChannel = RecordingChannel
         try:
