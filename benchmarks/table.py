@@ -19,11 +19,11 @@ def result_row(part: str, ours: float, baseline: float | None, baseline_name: st
 
 
 def number(value: float | None) -> str:
-    """Whole numbers with separators from 100 up, three significant digits below: one format fits
-    seconds, GB/s and rows/s in one table."""
+    """Whole numbers with separators from 100 up, three significant digits below (1.00, 0.957): one
+    format fits seconds, GB/s and rows/s in one table."""
     if value is None:
         return "-"
-    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+    return f"{value:,.0f}" if abs(value) >= 99.95 else f"{value:#.3g}"
 
 
 def cells(row: dict) -> tuple[str, ...]:
