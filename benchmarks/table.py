@@ -7,7 +7,7 @@ HEADER = ("part", "this project", "baseline in the same run", "ratio", "target",
           "rank peak MB")
 
 
-def result_row(part: str, ours: float, baseline: float | None, baseline_name: str, better: str,
+def result_row(part: str, ours: float | None, baseline: float | None, baseline_name: str, better: str,
                target: str = "", target_ratio: float | None = None) -> dict:
     """One row; met is None without a baseline or a target ratio. better: 'higher' or 'lower'."""
     ratio = ours / baseline if baseline else None
