@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO / "benchmarks" / "results"
 # Each part's arguments in the suite: sized for the 10-minute budget on 2 cores.
 PARTS: dict[str, list[str]] = {
-    "convert": ["--rows", "500000"],
+    "convert": ["--job-rows", "200000"],
     "read": [],
     "launch": ["--reps", "3", "--rounds", "1"],
     "train": ["--rounds", "1", "--plain-seconds", "2", "--mlp-variant", "none"],
