@@ -8,7 +8,7 @@ written once as Parquet (not timed). Model: the registry's mlp (hidden 256,256 b
 seeded initial weights, saved as a model artifact exactly as training saves one; throughput does not
 depend on the weights' values.
 
-- Spark UDF: `sparkml_par.infer.score` on the Parquet path (read, per-row checks, predict_batch_udf
+- Spark UDF: `sparkml_par.infer.score` on the Parquet path (read, per-row checks, the model over mapInArrow
   with score.batch_size rows per call, one torch thread per Python worker), into the `noop` sink
   (every row computed, nothing written) and into Parquet (what `sparkml-par score` writes).
 - In process: the same artifact's predictor over the same rows held in memory as one float32

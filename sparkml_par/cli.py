@@ -22,7 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "prepare": ("data_prep.job:run", "ingest, validate, profile, featurize, split and write a petastorm dataset"),
     "train": ("sparkml_par.train.job:run", "train on the prepared dataset with Horovod ranks in a barrier stage"),
     "tune": ("sparkml_par.tune.job:run", "hyperparameter search: trials as concurrent Spark tasks"),
-    "score": ("sparkml_par.infer.score:run", "score a dataset or table with a model artifact in a Spark pandas UDF"),
+    "score": ("sparkml_par.infer.score:run", "score a dataset or table with a model artifact in Spark (mapInArrow)"),
     "report": ("sparkml_par.report:run", "write the HTML report of a run directory"),
     "run": ("sparkml_par.pipeline:run", "the whole pipeline: prepare, tune, train, score, report"),
 }

@@ -1,6 +1,6 @@
 """The model of an artifact as a function from a feature matrix to predictions, in one process.
 
-The Spark UDF and the in-process baseline call the same `Predictor`, so they compute the same
+Spark scoring and the in-process baseline call the same `Predictor`, so they compute the same
 thing; each Python worker keeps one per (artifact, device) in a module-level cache, because
 loading weights for every batch (or every task) would cost more than scoring.
 """

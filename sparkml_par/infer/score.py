@@ -18,12 +18,11 @@ from typing import Any
 from sparkml_par.config import Config
 from sparkml_par.errors import SparkmlParError
 from sparkml_par.infer import inputs, metrics, publish
-from sparkml_par.infer.predictor import PREDICTION, PROBABILITIES
-from sparkml_par.infer.udf import prediction_udf
+from sparkml_par.infer.arrow_predict import output_schema, predict_batches
 
 log = logging.getLogger("sparkml_par.infer")
 
-_SCORED = "_scored"
+_FEATURES = "_checked_features"
 
 
 @dataclass
@@ -47,11 +46,10 @@ def score(spark, df_or_path, model_dir: str, id_column: str = "_row_id", batch_s
     df = inputs.with_features(df, description)
     label = inputs.label_column(df, description)
     features = inputs.checked_features(df, description, id_column)
-    udf = prediction_udf(_local_artifact_path(model_dir), description, batch_size)
     carried = [id_column] + ([label] if label and label != id_column else [])
-    outputs = [PREDICTION] + ([PROBABILITIES] if description["task"] == "classification" else [])
-    scored = df.select(*[f"`{c}`" for c in carried], udf(features).alias(_SCORED))
-    return scored.select(*[f"`{c}`" for c in carried], *[f"{_SCORED}.{c}" for c in outputs])
+    checked = df.select(*[f"`{c}`" for c in carried], features.alias(_FEATURES))
+    predict = predict_batches(_local_artifact_path(model_dir), description, _FEATURES, carried, batch_size)
+    return checked.mapInArrow(predict, output_schema(df, carried, description["task"]))
 
 
 def score_job(spark, cfg: Config) -> ScoreResult:
