@@ -41,21 +41,19 @@ def predict_batches(artifact_dir: str, description: dict[str, Any], features: st
         torch.set_num_threads(1)
         predictor = cached_predictor(artifact_dir, task_device())
         for batch in batches:
+            if batch.num_rows == 0:
+                continue
             # Rows were checked to hold exactly `size` values (inputs.checked_features): one flat buffer.
             flat = batch.column(features).flatten().to_numpy(zero_copy_only=False)
-            matrix = flat.astype(np.float32, copy=False).reshape(batch.num_rows, size)
-            parts = [predictor.predict(matrix[start:start + batch_size])
-                     for start in range(0, batch.num_rows, batch_size)]
-            outputs = {name: np.concatenate([p[name] for p in parts]) for name in parts[0]} if parts else {}
-            columns = [batch.column(c) for c in carried]
-            if predictor.task == "classification":
-                probabilities = outputs.get(PROBABILITIES, np.zeros((0, 0), np.float32))
-                offsets = np.arange(0, probabilities.size + 1, max(probabilities.shape[1:] or [1]), dtype=np.int32)
-                columns += [pa.array(outputs.get(PREDICTION, np.zeros(0, np.int64))),
-                            pa.ListArray.from_arrays(offsets, pa.array(probabilities.reshape(-1)))]
-            else:
-                columns.append(pa.array(outputs.get(PREDICTION, np.zeros(0, np.float32))))
-            yield pa.RecordBatch.from_arrays(columns, names=[*carried, PREDICTION] +
-                                             ([PROBABILITIES] if predictor.task == "classification" else []))
+            outputs = predictor.predict_batches(flat.astype(np.float32, copy=False).reshape(batch.num_rows, size),
+                                                batch_size)
+            columns = [batch.column(c) for c in carried] + [pa.array(outputs[PREDICTION])]
+            names = [*carried, PREDICTION]
+            if PROBABILITIES in outputs:
+                probabilities = outputs[PROBABILITIES]
+                offsets = np.arange(0, probabilities.size + 1, probabilities.shape[1], dtype=np.int32)
+                columns.append(pa.ListArray.from_arrays(offsets, pa.array(probabilities.reshape(-1))))
+                names.append(PROBABILITIES)
+            yield pa.RecordBatch.from_arrays(columns, names=names)
 
     return predict

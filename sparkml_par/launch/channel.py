@@ -71,7 +71,7 @@ class DriverChannel:
         self.token = secrets.token_hex(16)
         self.status = RankStatus()
         self._attempts = attempts
-        self._attempt_task_ids: list[int] = []
+        self._attempt_max_task_id = -1
         self._stale_below = -1
         self._on_progress = on_progress
         self._lock = threading.Lock()
@@ -112,10 +112,10 @@ class DriverChannel:
     def _start_next_attempt(self, task_id: int) -> None:
         """Called with the lock held when a rank of a new stage attempt says it started."""
         if (self.status.failed and self.status.retryable() and self.status.attempt < self._attempts
-                and task_id > max(self._attempt_task_ids, default=-1)):
-            self._stale_below = max(self._attempt_task_ids, default=-1) + 1
+                and task_id > self._attempt_max_task_id):
+            self._stale_below = self._attempt_max_task_id + 1
             self.status = RankStatus(attempt=self.status.attempt + 1)
-            self._attempt_task_ids = []
+            self._attempt_max_task_id = -1
             self._rendezvous_address = None
             self._rendezvous_known.clear()
 
@@ -134,7 +134,7 @@ class DriverChannel:
             elif kind == "started":
                 self.status.started[rank] = now
                 self.status.hosts[rank] = message.get("host", "?")
-                self._attempt_task_ids.append(task_id)
+                self._attempt_max_task_id = max(self._attempt_max_task_id, task_id)
             elif kind == "joining":
                 self.status.joining[rank] = now
             elif kind == "initialized":
