@@ -53,7 +53,8 @@ def ours(url: str, manifest: dict, batch: int, steps: int, shuffle: bool) -> Cal
     from sparkml_par.train.data import ShardBatches
 
     defaults = TrainConfig()
-    loader = ShardBatches(f"{url}/{manifest['splits']['train']['path']}", RANK, SIZE, batch, shuffle=shuffle,
+    loader = ShardBatches(f"{url}/{manifest['splits']['train']['path']}", RANK, SIZE, batch,
+                          label=manifest['label_column'], shuffle=shuffle,
                           seed=defaults.seed, shuffle_buffer=defaults.shuffle_buffer)
 
     def read() -> int:

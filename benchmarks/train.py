@@ -81,8 +81,10 @@ DEFAULT_VARIANTS = ["HOROVOD_CYCLE_TIME=5"]
 def prepare_dataset(spark, workdir: Path, name: str, rows: int, features: int, classes: int = 10,
                     feature_shape: list[int] | None = None) -> tuple[str, dict]:
     """(dataset URL, manifest) of a synthetic dataset under workdir/name, written once and then reused."""
-    from data_prep import manifest as mf
     from data_prep.job import prepare
+    from data_prep.manifest import read_manifest
+    from sparkml_par import storage
+    from sparkml_par.contract import MANIFEST
     from sparkml_par.config import load_config
 
     cfg = load_config(None, ["data.source=synthetic", f"data.synthetic.rows={rows}",
@@ -96,9 +98,9 @@ def prepare_dataset(spark, workdir: Path, name: str, rows: int, features: int, c
     if feature_shape is not None and manifest["feature_shape"] != feature_shape:
         # The synthetic source only knows flat features; the CNN needs [C, H, W] from the manifest.
         manifest = dict(manifest, feature_shape=feature_shape)
-        manifest_url = f"{url}/{mf.MANIFEST_NAME}"
-        mf.write_json(mf.HadoopFs(spark, manifest_url), manifest_url, manifest)
-    return url, mf.read_manifest(spark, url)
+        manifest_url = f"{url}/{MANIFEST}"
+        storage.write_json(storage.HadoopFs(spark, manifest_url), manifest_url, manifest)
+    return url, read_manifest(spark, url)
 
 
 def train_files(url: str, manifest: dict) -> list[str]:
@@ -253,7 +255,8 @@ def time_loader(url: str, manifest: dict, batch: int, steps: int) -> float:
     from sparkml_par.train.data import ShardBatches
 
     defaults = TrainConfig()
-    loader = ShardBatches(f"{url}/{manifest['splits']['train']['path']}", 0, 2, batch, shuffle=True,
+    loader = ShardBatches(f"{url}/{manifest['splits']['train']['path']}", 0, 2, batch,
+                          label=manifest['label_column'], shuffle=True,
                           seed=defaults.seed, shuffle_buffer=defaults.shuffle_buffer)
     started = time.perf_counter()
     drawn = sum(1 for _ in loader.epoch(1, steps))

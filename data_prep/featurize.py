@@ -7,13 +7,10 @@ as one numeric vector (digits, images, synthetic) need no pipeline and pass thro
 
 from __future__ import annotations
 
-from data_prep.manifest import qualify_url, read_manifest
-from data_prep.validate import require_column
 from sparkml_par.config import ColumnSpec, FeaturizeConfig
+from sparkml_par.contract import FEATURES
 from sparkml_par.errors import SparkmlParError
 
-FEATURES = "features"
-PIPELINE_DIR = "feature_pipeline"
 _VECTOR = "_features_vector"
 _SCALED = "_features_scaled"
 
@@ -67,39 +64,13 @@ def transform(model, df):
     return out.withColumn(FEATURES, vector_to_array(vector, "float32")).drop(*added)
 
 
-def typed_inputs(df, types: dict[str, str]):
-    """Raw columns cast the way validation types them, so scoring feeds the pipeline the same inputs."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import NumericType
-
-    casts = {}
-    for name, kind in types.items():
-        column = F.col(f"`{name}`")
-        if kind == "string":
-            casts[name] = column.cast("string")
-        elif isinstance(df.schema[name].dataType, NumericType):
-            casts[name] = column.cast("double")
-        else:
-            casts[name] = F.expr(f"try_cast(`{name}` AS double)")
-    return df.withColumns(casts)
-
-
-def apply_feature_pipeline(spark_df, dataset_path: str):
-    """Produces the dataset's `features` column from a raw DataFrame, exactly as data_prep did."""
+def apply_fitted(df, pipeline_url: str | None, specs: list[ColumnSpec]):
+    """`df` (validated, typed rows) with the `features` column: through the fitted pipeline saved at
+    pipeline_url, or, for an input that is one numeric vector, that vector as float32."""
     from pyspark.ml import PipelineModel
+    from pyspark.sql import functions as F
 
-    spark = spark_df.sparkSession
-    manifest = read_manifest(spark, dataset_path)
-    if manifest is None:
-        raise SparkmlParError(f"{dataset_path!r} is not a dataset (no _manifest.json); pass the data.output "
-                              f"directory of a finished `sparkml-par prepare` run")
-    types = manifest.get("raw_feature_types", {})
-    for name in manifest["raw_feature_columns"]:
-        require_column(name, spark_df.columns, "scoring input",
-                       fix=f"the model's features are built from the raw columns {manifest['raw_feature_columns']!r}: "
-                           f"give the input all of them")
-    if manifest["feature_pipeline"] is None:
-        (name,) = manifest["raw_feature_columns"]
-        return spark_df.withColumn(FEATURES, spark_df[f"`{name}`"].cast("array<float>"))
-    model = PipelineModel.load(f"{qualify_url(dataset_path)}/{manifest['feature_pipeline']}")
-    return transform(model, typed_inputs(spark_df, types))
+    if pipeline_url is None:
+        (spec,) = specs
+        return df.withColumn(FEATURES, F.col(f"`{spec.name}`").cast("array<float>"))
+    return transform(PipelineModel.load(pipeline_url), df)

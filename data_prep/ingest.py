@@ -16,14 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from data_prep.manifest import HadoopFs, hash_parts, qualify_url
+from data_prep.manifest import hash_parts
 from sparkml_par.config import ColumnSpec, DataConfig
+from sparkml_par.contract import FEATURES, INGEST_ERROR, INTERNAL_COLUMNS, RAW_RECORD, ROW_ID
+from sparkml_par.storage import HadoopFs, qualify_url
 from sparkml_par.errors import SparkmlParError
 
-ROW_ID = "_row_id"
-INGEST_ERROR = "_ingest_error"
-RAW_RECORD = "_raw_record"
-INTERNAL_COLUMNS = (ROW_ID, INGEST_ERROR, RAW_RECORD)
 IMAGE_EXTENSIONS = ("png", "jpg", "jpeg")
 # Rows of one synthetic block come from one generator seeded by (seed, block index), so the rows do
 # not depend on how the blocks are spread over partitions.
@@ -43,8 +41,9 @@ class Ingested:
     content_row_ids: bool = False
 
 
-def ingest(spark, cfg: DataConfig) -> Ingested:
-    """Dispatches on data.source."""
+def ingest(spark, cfg: DataConfig, classes: list[str] | None = None) -> Ingested:
+    """Dispatches on data.source. `classes` are a trained model's image classes (scoring new images): a
+    folder's label is its index there, not among the folders found."""
     if cfg.source == "digits":
         return _digits(spark, cfg)
     if cfg.source == "synthetic":
@@ -53,7 +52,7 @@ def ingest(spark, cfg: DataConfig) -> Ingested:
     files = _input_files(spark, cfg, url)
     fingerprint = hash_parts(files)
     if cfg.source == "images":
-        return _images(spark, cfg, url, fingerprint)
+        return _images(spark, cfg, url, fingerprint, classes)
     readers = {"csv": _csv, "json": _json, "parquet": _parquet}
     df = readers[cfg.source](spark, cfg, url)
     raw_columns = [c for c in df.columns if c not in INTERNAL_COLUMNS]
@@ -62,6 +61,16 @@ def ingest(spark, cfg: DataConfig) -> Ingested:
                               f"point data.path at a non-empty input")
     df = _with_content_row_id(df, raw_columns)
     return Ingested(df=df, input_fingerprint=fingerprint, features=list(cfg.features), content_row_ids=True)
+
+
+def from_dataframe(df) -> Ingested:
+    """A caller's DataFrame of raw rows, as a reader would hand it over: with a content row id (unless it
+    has one) and no unreadable rows."""
+    raw_columns = [c for c in df.columns if c not in INTERNAL_COLUMNS]
+    df = _with_corrupt_record(df, "_corrupt_record", "malformed_row")
+    if ROW_ID not in df.columns:
+        df = _with_content_row_id(df, raw_columns)
+    return Ingested(df=df, input_fingerprint="", features=[], content_row_ids=True)
 
 
 def _input_files(spark, cfg: DataConfig, url: str) -> list[tuple[str, int, int]]:
@@ -97,6 +106,26 @@ def unreadable_file_error(exc: BaseException, setting: str, path: str, file_form
                            f"not {file_format}: write it again or remove it from {setting}")
 
 
+# Spark's CSV reader parses only the columns a query reads; a row with too few or too many fields is then
+# malformed in a query that reads all columns and well-formed in one that reads a few, so the reason counts
+# and the written quarantine would disagree. Every query over a CSV input parses whole rows instead.
+_CSV_COLUMN_PRUNING = "spark.sql.csv.parser.columnPruning.enabled"
+
+
+@contextlib.contextmanager
+def parsing_whole_csv_rows(spark):
+    """Around all Spark work over a CSV input: a short or long row is malformed in every query alike."""
+    previous = spark.conf.get(_CSV_COLUMN_PRUNING, None)
+    spark.conf.set(_CSV_COLUMN_PRUNING, "false")
+    try:
+        yield
+    finally:
+        if previous is None:
+            spark.conf.unset(_CSV_COLUMN_PRUNING)
+        else:
+            spark.conf.set(_CSV_COLUMN_PRUNING, previous)
+
+
 @contextlib.contextmanager
 def naming_unreadable_files(cfg: DataConfig):
     """Around Spark work that reads the input: an unreadable file fails with its name, not a Java stack trace.
@@ -114,10 +143,33 @@ def naming_unreadable_files(cfg: DataConfig):
 
 
 def _with_content_row_id(df, raw_columns: list[str]):
-    """A row id from the row's content: the same row gets the same id on every run and cluster."""
+    """A row id from the row's content: the same row gets the same id on every run and cluster, and in
+    every format (CSV reads numbers as text, JSON as long or double, Parquet as they were written; JSON
+    orders columns by name), so the id hashes canonical values in column-name order."""
     from pyspark.sql import functions as F
 
-    return df.withColumn(ROW_ID, F.xxhash64(*[F.col(f"`{c}`") for c in raw_columns]))
+    return df.withColumn(ROW_ID, F.xxhash64(*canonical_values(df, sorted(raw_columns))))
+
+
+def canonical_values(df, names: list[str]) -> list:
+    """Per column, the number its value reads as and, when it reads as none, its text: 5, 5.0 and "5"
+    hash alike, whatever type the reader gave the column."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType, MapType, NumericType, StringType, StructType
+
+    values = []
+    for name in names:
+        column, dtype = F.col(f"`{name}`"), df.schema[name].dataType
+        if isinstance(dtype, NumericType):
+            values += [column.cast("double"), F.lit(None).cast("string")]
+        elif isinstance(dtype, StringType):
+            number = F.expr(f"try_cast(`{name}` AS double)")
+            values += [number, F.when(number.isNull(), column)]
+        elif isinstance(dtype, (ArrayType, MapType, StructType)):
+            values += [F.lit(None).cast("double"), F.to_json(column)]
+        else:
+            values += [F.lit(None).cast("double"), column.cast("string")]
+    return values
 
 
 def _with_corrupt_record(df, corrupt: str, reason: str):
@@ -154,7 +206,7 @@ def _parquet(spark, cfg: DataConfig, url: str):
     return _with_corrupt_record(df, "_corrupt_record", "malformed_row")
 
 
-def _images(spark, cfg: DataConfig, url: str, fingerprint: str) -> Ingested:
+def _images(spark, cfg: DataConfig, url: str, fingerprint: str, known_classes: list[str] | None) -> Ingested:
     """Class-per-subfolder images, decoded and resized in the executors."""
     from pyspark.sql import functions as F
 
@@ -166,21 +218,23 @@ def _images(spark, cfg: DataConfig, url: str, fingerprint: str) -> Ingested:
     parts = F.split(F.col("path"), "/")
     files = files.withColumn("class", F.element_at(parts, -2)).withColumn("file", F.element_at(parts, -1))
     # The class names are an aggregate (one short string per folder), not data.
-    classes = sorted(r["class"] for r in files.select("class").distinct().collect())
+    classes = known_classes or sorted(r["class"] for r in files.select("class").distinct().collect())
+    position = F.array_position(F.array(*[F.lit(c) for c in classes]), F.col("class"))
     decoded = files.select(
         F.xxhash64(F.col("class"), F.col("file")).alias(ROW_ID),
         F.concat_ws("/", "class", "file").alias("file"),
-        (F.array_position(F.array(*[F.lit(c) for c in classes]), F.col("class")) - 1).alias(cfg.label),
+        # A folder that is not one of the classes (new images scored by a trained model) has no label.
+        F.when(position > 0, position - 1).alias(cfg.label),
         _decode_images_udf(height, width, channels)(F.col("content")).alias("decoded"),
     )
     df = decoded.select(
-        ROW_ID, "file", cfg.label, F.col("decoded.features").alias("features"),
+        ROW_ID, "file", cfg.label, F.col("decoded.features").alias(FEATURES),
         F.when(F.col("decoded.error").isNotNull(), F.lit("undecodable_image")).alias(INGEST_ERROR),
         F.col("decoded.error").alias(RAW_RECORD),
     )
     size = channels * height * width
     return Ingested(df=df, input_fingerprint=fingerprint,
-                    features=[ColumnSpec(name="features", type="vector", size=size, min=0.0, max=1.0)],
+                    features=[ColumnSpec(name=FEATURES, type="vector", size=size, min=0.0, max=1.0)],
                     feature_shape=[channels, height, width], classes=classes)
 
 
@@ -220,11 +274,11 @@ def _digits(spark, cfg: DataConfig) -> Ingested:
     digits = load_digits()
     features = (digits.data / 16.0).astype(np.float32)
     rows = [(i, features[i].tolist(), int(digits.target[i])) for i in range(len(features))]
-    schema = StructType([StructField(ROW_ID, LongType(), False), StructField("features", ArrayType(FloatType())),
+    schema = StructType([StructField(ROW_ID, LongType(), False), StructField(FEATURES, ArrayType(FloatType())),
                          StructField(cfg.label, LongType())])
     df = _with_corrupt_record(spark.createDataFrame(rows, schema), "_corrupt_record", "")
     return Ingested(df=df, input_fingerprint=hash_parts({"source": "digits", "rows": len(rows)}),
-                    features=[ColumnSpec(name="features", type="vector", size=64, min=0.0, max=1.0)],
+                    features=[ColumnSpec(name=FEATURES, type="vector", size=64, min=0.0, max=1.0)],
                     feature_shape=[1, 8, 8])
 
 
@@ -237,7 +291,7 @@ def _synthetic(spark, cfg: DataConfig) -> Ingested:
     # Model parameters (class centres or regression weights) are small and drawn on the driver.
     params = np.random.default_rng([seed, 0]).normal(0.0, 1.0, size=(max(classes, 1), dims)).astype(np.float32)
     label_type = LongType() if classes else FloatType()
-    schema = StructType([StructField(ROW_ID, LongType(), False), StructField("features", ArrayType(FloatType())),
+    schema = StructType([StructField(ROW_ID, LongType(), False), StructField(FEATURES, ArrayType(FloatType())),
                          StructField(cfg.label, label_type)])
     blocks = -(-rows // _SYNTHETIC_BLOCK_ROWS)
     partitions = s.partitions or spark.sparkContext.defaultParallelism
@@ -269,5 +323,5 @@ def _synthetic(spark, cfg: DataConfig) -> Ingested:
     # Partitioning does not change the rows, so it is not part of the input's identity.
     parameters = {"source": "synthetic", "rows": rows, "features": dims, "classes": classes, "seed": seed}
     return Ingested(df=df, input_fingerprint=hash_parts(parameters),
-                    features=[ColumnSpec(name="features", type="vector", size=dims)],
+                    features=[ColumnSpec(name=FEATURES, type="vector", size=dims)],
                     feature_shape=[dims])

@@ -6,24 +6,26 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from data_prep import featurize, manifest as mf
-from data_prep.ingest import ROW_ID, Ingested, ingest
-from data_prep.profile import count_duplicates, drop_duplicates, profile
-from data_prep.split import SPLIT, SPLITS, assign_splits, make_row_ids_unique
+from data_prep.ingest import Ingested, ingest, parsing_whole_csv_rows
+from data_prep.profile import class_warnings, count_duplicates, drop_duplicates, profile
+from data_prep.split import assign_splits, make_row_ids_unique
 from data_prep.validate import Validated, check_reject_fraction, validate
 from data_prep.write import write_split
+from sparkml_par import storage
 from sparkml_par.config import Config, DataConfig
+from sparkml_par.contract import (FEATURE_PIPELINE_DIR, FEATURES, MANIFEST_LABEL_SCALE, MANIFEST_OWNER, PROFILE,
+                                  QUARANTINE_DIR, REJECTED_SUFFIX, ROW_ID, SPLIT, SPLITS)
 from sparkml_par.errors import SparkmlParError
 
 log = logging.getLogger(__name__)
 
-PROFILE_NAME = "profile.json"
-QUARANTINE_DIR = "quarantine"
 
 
 @dataclass
@@ -36,21 +38,31 @@ class PrepareResult:
     seconds: float = 0.0
 
 
-def prepare(spark, cfg: DataConfig) -> PrepareResult:
-    """Builds the dataset at cfg.output, or returns the existing one when input and config are unchanged."""
+def prepare(spark, cfg: DataConfig, owner: str | None = None) -> PrepareResult:
+    """Builds the dataset at cfg.output, or returns the existing one when input and config are unchanged.
+
+    `owner` names who may replace the dataset without data.mode=overwrite: the pipeline passes its run
+    directory, so `sparkml-par run` re-prepares its own dataset after an edit of the input or config.
+    """
+    with parsing_whole_csv_rows(spark):
+        return _prepare(spark, cfg, owner)
+
+
+def _prepare(spark, cfg: DataConfig, owner: str | None) -> PrepareResult:
     start = time.time()
-    output = mf.qualify_url(cfg.output)
+    output = storage.qualify_url(cfg.output)
     ing = ingest(spark, cfg)
     fingerprint = mf.fingerprint(cfg, ing.input_fingerprint)
-    mf.clear_leftovers(spark, output)
-    existing = mf.check_existing_output(spark, output, fingerprint, cfg.mode)
+    storage.clear_leftovers(spark, output)
+    existing = mf.check_existing_output(spark, output, fingerprint, cfg.mode, owner)
     if existing is not None:
         log.info("%s already holds this dataset (fingerprint %s): nothing to do", output, fingerprint)
         return PrepareResult(manifest=existing, output=output, skipped=True, seconds=time.time() - start)
-    staging = mf.create_staging(spark, output)
-    fs = mf.HadoopFs(spark, staging)
+    staging = storage.create_staging(spark, output, "data.output")
+    fs = storage.HadoopFs(spark, staging)
     try:
         manifest = _build(spark, cfg, ing, fingerprint, staging, output)
+        manifest[MANIFEST_OWNER] = owner
         mf.publish(spark, staging, output, manifest)
     except BaseException:
         if fs.exists(staging):
@@ -83,20 +95,28 @@ def _build(spark, cfg: DataConfig, ing: Ingested, fingerprint: str, staging: str
         counts = {r[SPLIT]: r["count"] for r in clean.groupBy(SPLIT).count().collect()}  # three numbers
         stats = profile(clean, cfg.label, cfg.task, v.features)
         stats.update(duplicates=duplicates, deduplicated=bool(cfg.dedupe and duplicates))
-        mf.write_json(mf.HadoopFs(spark, staging), f"{staging}/{PROFILE_NAME}", stats)
+        warnings = (class_warnings(stats["label_distribution"], v.num_classes, v.classes)
+                    if cfg.task == "classification" else [])
+        for warning in warnings:
+            log.warning("data.label %r: %s", cfg.label, warning)
+        storage.write_json(storage.HadoopFs(spark, staging), f"{staging}/{PROFILE}", stats)
         stage.done("profile", stats["rows"])
 
+        label_scale = _label_scale(clean, cfg) if cfg.task == "regression" else None
         featurized, pipeline_path = _featurize(clean, v, cfg, staging)
-        size = featurized.select(F.size(featurize.FEATURES)).first()[0]
+        size = featurized.select(F.size(FEATURES)).first()[0]
         stage.done("featurize", counts.get("train", 0))
 
+        # The split key stays in the dataset, so scoring can name it as score.id_column.
+        key = [cfg.split.key] if cfg.split.key and cfg.split.key != cfg.label else []
+        columns = [F.col(ROW_ID), F.col(FEATURES), F.col(f"`{cfg.label}`"), *[F.col(f"`{k}`") for k in key]]
         splits = {}
         for name in SPLITS:
             rows = counts.get(name, 0)
             if rows == 0 and getattr(cfg.split, name) == 0:
                 continue
-            part = featurized.where(F.col(SPLIT) == name).select(ROW_ID, featurize.FEATURES, cfg.label)
-            info = write_split(spark, part, f"{staging}/{name}", rows, shapes={featurize.FEATURES: (size,)},
+            part = featurized.where(F.col(SPLIT) == name).select(*columns)
+            info = write_split(spark, part, f"{staging}/{name}", rows, shapes={FEATURES: (size,)},
                                row_group_mb=cfg.row_group_size_mb, max_shards=cfg.max_shards, split=name)
             splits[name] = {"path": name, **info}
             stage.done(f"write {name}", rows)
@@ -109,21 +129,27 @@ def _build(spark, cfg: DataConfig, ing: Ingested, fingerprint: str, staging: str
         "input_fingerprint": ing.input_fingerprint,
         "source": cfg.source,
         "label_column": cfg.label,
-        "feature_column": featurize.FEATURES,
-        "task": cfg.task,
+        "split_key": cfg.split.key,
+        MANIFEST_LABEL_SCALE: label_scale,
+        "feature_column": FEATURES,
+                "task": cfg.task,
         "num_classes": v.num_classes,
-        "classes": ing.classes,
+        "classes": v.classes,
+        "class_counts": stats.get("label_distribution"),
+        "class_warnings": warnings,
         "feature_shape": ing.feature_shape or [size],
         "splits": splits,
         "max_shards": cfg.max_shards,
         "feature_pipeline": pipeline_path,
         "raw_feature_columns": [s.name for s in v.features],
         "raw_feature_types": {s.name: s.type for s in v.features},
+        # The data config with the feature columns as validated: scoring reads raw rows by the same rules.
+        "data_config": dataclasses.asdict(dataclasses.replace(cfg, features=v.features)),
         "rows_in": v.rows_in,
         "rows_clean": v.rows_clean,
         "duplicates": duplicates,
         "quarantine": {"path": QUARANTINE_DIR, "rows": v.rows_in - v.rows_clean, "reasons": v.reasons},
-        "profile": PROFILE_NAME,
+        "profile": PROFILE,
     }
 
 
@@ -131,15 +157,26 @@ def _write_quarantine(spark, v: Validated, cfg: DataConfig, staging: str, output
     """Writes rejected rows; when there are too many, keeps them beside the output and stops."""
     url = f"{staging}/{QUARANTINE_DIR}"
     v.rejected.write.parquet(url)
-    kept = f"{output}.rejected"
+    kept = f"{output}{REJECTED_SUFFIX}"
     try:
         check_reject_fraction(v, cfg, kept)
     except SparkmlParError:
-        fs = mf.HadoopFs(spark, kept)
+        fs = storage.HadoopFs(spark, kept)
         if fs.exists(kept):
             fs.delete(kept)
         fs.rename(url, kept)
         raise
+
+
+def _label_scale(clean, cfg: DataConfig) -> dict[str, float] | None:
+    """Mean and standard deviation of a regression label on the train split (one aggregate)."""
+    from pyspark.sql import functions as F
+
+    label = F.col(f"`{cfg.label}`")
+    row = clean.where(F.col(SPLIT) == "train").agg(F.mean(label).alias("mean"), F.stddev(label).alias("std")).first()
+    if row["mean"] is None:
+        return None
+    return {"mean": float(row["mean"]), "std": float(row["std"]) if row["std"] else 1.0}
 
 
 def _featurize(clean, v: Validated, cfg: DataConfig, staging: str):
@@ -147,11 +184,10 @@ def _featurize(clean, v: Validated, cfg: DataConfig, staging: str):
     from pyspark.sql import functions as F
 
     if not featurize.needs_pipeline(v.features):
-        name = v.features[0].name
-        return clean.withColumn(featurize.FEATURES, F.col(f"`{name}`").cast("array<float>")), None
+        return featurize.apply_fitted(clean, None, v.features), None
     model = featurize.fit_feature_pipeline(clean.where(F.col(SPLIT) == "train"), v.features, cfg.featurize)
-    model.write().save(f"{staging}/{featurize.PIPELINE_DIR}")
-    return featurize.transform(model, clean), featurize.PIPELINE_DIR
+    model.write().save(f"{staging}/{FEATURE_PIPELINE_DIR}")
+    return featurize.transform(model, clean), FEATURE_PIPELINE_DIR
 
 
 class _Stages:
@@ -175,6 +211,12 @@ def summary(result: PrepareResult) -> str:
     lines.append(f"  quarantined   {m['quarantine']['rows']}")
     for reason, n in m["quarantine"]["reasons"].items():
         lines.append(f"    {reason:<28} {n}")
+    if m.get("task") == "classification":
+        counts = m.get("class_counts") or {}
+        names = m.get("classes")
+        lines.append(f"  classes       {m['num_classes']}: " + ", ".join(
+            f"{names[int(k)] if names and int(k) < len(names) else k}={n}" for k, n in counts.items()))
+        lines += [f"  warning       {w}" for w in m.get("class_warnings", [])]
     for name, split in m["splits"].items():
         lines.append(f"  {name:<13} {split['rows']} rows in {split['row_groups']} row groups, "
                      f"{len(split['files'])} files")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from data_prep.ingest import ROW_ID
 from sparkml_par.config import ColumnSpec
+from sparkml_par.contract import ROW_ID
 
 
 def count_duplicates(df, columns: list[str]) -> int:
@@ -59,6 +59,24 @@ def profile(df, label: str, task: str, specs: list[ColumnSpec]) -> dict[str, Any
         counts = df.groupBy(f"`{label}`").count().orderBy(f"`{label}`").collect()  # one row per class
         result["label_distribution"] = {str(r[0]): r["count"] for r in counts}
     return result
+
+
+def class_warnings(distribution: dict[str, int], num_classes: int, classes: list[str] | None) -> list[str]:
+    """What a user should know about the classes: ids in 0..K-1 that no row has (one stray label value
+    makes K larger), and classes with under a tenth of the rows of the average class that has rows."""
+    counts = {int(label): n for label, n in distribution.items()}
+    named = (lambda k: f"{k} ({classes[k]!r})") if classes else str
+    warnings = []
+    empty = [k for k in range(num_classes) if k not in counts]
+    if empty:
+        warnings.append(f"class ids {', '.join(map(named, empty))} of 0..{num_classes - 1} have no rows; the model "
+                        f"still has {num_classes} outputs (a stray label value, or set data.num_classes)")
+    average = sum(counts.values()) / max(len(counts), 1)
+    rare = {k: n for k, n in sorted(counts.items()) if n < 0.1 * average}
+    if rare:
+        warnings.append("classes with very few rows: " + ", ".join(f"{named(k)}: {n} rows" for k, n in rare.items())
+                        + f" (the average class has {average:.0f}); check the label column for stray values")
+    return warnings
 
 
 def _vector_moments(column: dict[str, Any]) -> None:

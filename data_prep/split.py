@@ -1,16 +1,16 @@
 """Deterministic train/validation/test assignment and unique row ids.
 
 A row's split depends only on a hash of its key (data.split.key, or the row id) and data.split.seed,
-never on partitioning or cluster size, so re-runs and other clusters produce the same splits.
+never on partitioning, cluster size or input format, so re-runs, other clusters and the same rows as
+CSV, JSON lines or Parquet produce the same splits.
 """
 
 from __future__ import annotations
 
-from data_prep.ingest import ROW_ID
+from data_prep.ingest import canonical_values
 from sparkml_par.config import DataConfig
+from sparkml_par.contract import ROW_ID, SPLIT
 
-SPLIT = "_split"
-SPLITS = ("train", "validation", "test")
 _BUCKETS = 1_000_000
 
 
@@ -19,8 +19,8 @@ def assign_splits(df, cfg: DataConfig):
     from pyspark.sql import functions as F
 
     s = cfg.split
-    key = F.col(f"`{s.key}`") if s.key else F.col(ROW_ID)
-    position = F.pmod(F.xxhash64(F.lit(s.seed), key), F.lit(_BUCKETS)) / _BUCKETS
+    key = canonical_values(df, [s.key]) if s.key else [F.col(ROW_ID)]
+    position = F.pmod(F.xxhash64(F.lit(s.seed), *key), F.lit(_BUCKETS)) / _BUCKETS
     return df.withColumn(SPLIT, F.when(position < s.train, "train")
                          .when(position < s.train + s.validation, "validation").otherwise("test"))
 

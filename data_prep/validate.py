@@ -12,11 +12,15 @@ import difflib
 from dataclasses import dataclass
 from typing import Any
 
-from data_prep.ingest import INGEST_ERROR, INTERNAL_COLUMNS, RAW_RECORD, ROW_ID, Ingested, naming_unreadable_files
+from data_prep.ingest import Ingested, naming_unreadable_files
 from sparkml_par.config import ColumnSpec, DataConfig
+from sparkml_par.contract import INGEST_ERROR, INTERNAL_COLUMNS, RAW_RECORD, REJECT_REASON, ROW_ID
 from sparkml_par.errors import SparkmlParError
 
-REJECT_REASON = "_reject_reason"
+# More distinct text labels than this means the column is not a class label (an id, free text).
+MAX_CLASSES = 1000
+# What a missing category becomes when imputation is on: a category of its own, in prepare and in scoring.
+MISSING_CATEGORY = "<missing>"
 
 
 @dataclass
@@ -30,6 +34,8 @@ class Validated:
     reasons: dict[str, int]
     num_classes: int
     features: list[ColumnSpec]
+    # Names of the classes 0..K-1 when the labels are text or image folders; None for numeric labels.
+    classes: list[str] | None = None
 
 
 def require_column(name: str, columns: list[str], setting: str, fix: str | None = None) -> str:
@@ -47,7 +53,12 @@ def require_column(name: str, columns: list[str], setting: str, fix: str | None 
 
 
 def validate(ing: Ingested, cfg: DataConfig) -> Validated:
-    """Types and checks every row, counts the reasons and applies the label-type checks."""
+    """Types and checks every row, counts the reasons and applies the label-type checks.
+
+    A classification label that holds text (`setosa`, `yes`) is indexed: its distinct values, sorted,
+    become the classes 0..K-1, listed in the manifest so scoring reports them. Image labels are already
+    the index of their folder's name.
+    """
     from pyspark.sql import functions as F
 
     df = ing.df
@@ -64,40 +75,120 @@ def validate(ing: Ingested, cfg: DataConfig) -> Validated:
             carried.append(cfg.split.key)
     _check_label_type(df, cfg)
 
-    label_value, label_checks = _label_checks(df, cfg)
-    checks = [(F.col(INGEST_ERROR).isNotNull(), F.col(INGEST_ERROR))] + label_checks
-    typed = {}
-    for spec in specs:
-        value, spec_checks = _feature_checks(df, spec, cfg)
-        typed[spec.name] = value
-        checks.extend(spec_checks)
-    reason = F.coalesce(*[F.when(cond, text) for cond, text in checks])
-    annotated = df.select("*", reason.alias(REJECT_REASON), label_value.alias("_label_value"),
-                          *[v.alias(f"_typed_{i}") for i, v in enumerate(typed.values())])
-
-    counts = annotated.groupBy(REJECT_REASON).agg(F.count(F.lit(1)).alias("n"), F.max("_label_value").alias("top"))
-    with naming_unreadable_files(cfg):  # the first job that reads every input file
-        rows = counts.collect()  # one row per reason: an aggregate, not data
-    rows_in = sum(r["n"] for r in rows)
-    if rows_in == 0:
-        raise SparkmlParError(f"data.path {cfg.path!r} has no rows ({cfg.source} input is empty); "
-                              f"point data.path at a non-empty input")
-    reasons = {r[REJECT_REASON]: r["n"] for r in rows if r[REJECT_REASON] is not None}
-    clean_row = next((r for r in rows if r[REJECT_REASON] is None), None)
+    classes = ing.classes
+    annotated, counts = _annotate(df, cfg, specs, _label_checks(df, cfg))
+    if cfg.task == "classification" and classes is None and _holds_text(cfg, counts):
+        classes = _text_classes(df, cfg)
+        annotated, counts = _annotate(df, cfg, specs, _text_label_checks(df, cfg, classes))
+    rows_in = sum(r["n"] for r in counts)
+    reasons = {r[REJECT_REASON]: r["n"] for r in counts if r[REJECT_REASON] is not None}
+    clean_row = next((r for r in counts if r[REJECT_REASON] is None), None)
     _check_label_values(cfg, reasons, rows_in)
 
     num_classes = 0
     if cfg.task == "classification":
         seen = int(clean_row["top"]) + 1 if clean_row is not None and clean_row["top"] is not None else 0
-        num_classes = cfg.num_classes or seen
+        num_classes = cfg.num_classes or (len(classes) if classes else seen)
 
     clean = annotated.where(F.col(REJECT_REASON).isNull()).select(
         ROW_ID, F.col("_label_value").alias(cfg.label),
-        *[F.col(f"_typed_{i}").alias(name) for i, name in enumerate(typed)], *carried)
-    rejected = annotated.where(F.col(REJECT_REASON).isNotNull()).select(
+        *[F.col(f"_typed_{i}").alias(spec.name) for i, spec in enumerate(specs)], *carried)
+    return Validated(clean=clean, rejected=_rejected(annotated, df, raw_columns), rows_in=rows_in,
+                     rows_clean=clean_row["n"] if clean_row else 0, reasons=dict(sorted(reasons.items())),
+                     num_classes=num_classes, features=specs, classes=classes)
+
+
+def validate_for_scoring(ing: Ingested, cfg: DataConfig, specs: list[ColumnSpec]) -> Validated:
+    """The feature checks of prepare, from the dataset's own rules, applied to rows to be scored.
+
+    What prepare imputes is left to the feature pipeline to impute; what prepare quarantines is rejected
+    here with the same reason. The label is not checked (rows without one are scored); every column that
+    is not a feature (an id, the label) is carried as it is.
+    """
+    from pyspark.sql import functions as F
+
+    df = ing.df
+    raw_columns = [c for c in df.columns if c not in INTERNAL_COLUMNS]
+    names = [s.name for s in specs]
+    for name in names:
+        require_column(name, raw_columns, "scoring input",
+                       fix=f"the model's features are built from the raw columns {names!r}: give the input all of them")
+    annotated, counts = _annotate(df, cfg, specs, None)
+    reasons = {r[REJECT_REASON]: r["n"] for r in counts if r[REJECT_REASON] is not None}
+    clean_row = next((r for r in counts if r[REJECT_REASON] is None), None)
+    others = [F.col(f"`{c}`") for c in raw_columns if c not in names]
+    clean = annotated.where(F.col(REJECT_REASON).isNull()).select(
+        ROW_ID, *[F.col(f"_typed_{i}").alias(name) for i, name in enumerate(names)], *others)
+    return Validated(clean=clean, rejected=_rejected(annotated, df, raw_columns), rows_in=sum(r["n"] for r in counts),
+                     rows_clean=clean_row["n"] if clean_row else 0, reasons=dict(sorted(reasons.items())),
+                     num_classes=0, features=specs)
+
+
+def _annotate(df, cfg: DataConfig, specs: list[ColumnSpec], label):
+    """Every row with its first failing reason, its typed label and features; and the count per reason
+    (with the largest clean label), from one Spark aggregate: one row per reason, not data."""
+    from pyspark.sql import functions as F
+
+    label_value, label_checks = label if label is not None else (F.lit(None).cast("long"), [])
+    checks = [(F.col(INGEST_ERROR).isNotNull(), F.col(INGEST_ERROR))] + label_checks
+    typed = []
+    for spec in specs:
+        value, spec_checks = _feature_checks(df, spec, cfg)
+        typed.append(value)
+        checks.extend(spec_checks)
+    reason = F.coalesce(*[F.when(cond, text) for cond, text in checks])
+    annotated = df.select("*", reason.alias(REJECT_REASON), label_value.alias("_label_value"),
+                          *[v.alias(f"_typed_{i}") for i, v in enumerate(typed)])
+    counts = annotated.groupBy(REJECT_REASON).agg(F.count(F.lit(1)).alias("n"), F.max("_label_value").alias("top"))
+    with naming_unreadable_files(cfg):  # the first job that reads every input file
+        rows = counts.collect()
+    if not rows:
+        raise SparkmlParError(f"data.path {cfg.path!r} has no rows ({cfg.source} input is empty); "
+                              f"point data.path at a non-empty input")
+    return annotated, rows
+
+
+def _rejected(annotated, df, raw_columns: list[str]):
+    """Rejected rows as the input had them (as text), with the reason."""
+    from pyspark.sql import functions as F
+
+    return annotated.where(F.col(REJECT_REASON).isNotNull()).select(
         ROW_ID, *[_as_text(df, c).alias(c) for c in raw_columns], RAW_RECORD, REJECT_REASON)
-    return Validated(clean=clean, rejected=rejected, rows_in=rows_in, rows_clean=clean_row["n"] if clean_row else 0,
-                     reasons=dict(sorted(reasons.items())), num_classes=num_classes, features=specs)
+
+
+def _holds_text(cfg: DataConfig, counts) -> bool:
+    """Most readable labels do not parse as numbers: the label names classes."""
+    reasons = {r[REJECT_REASON]: r["n"] for r in counts}
+    readable = sum(reasons.values()) - sum(n for r, n in reasons.items()
+                                           if r in ("malformed_row", "undecodable_image", f"null:{cfg.label}"))
+    return readable > 0 and reasons.get(f"unparseable:{cfg.label}", 0) > readable / 2
+
+
+def _text_classes(df, cfg: DataConfig) -> list[str]:
+    """The label's distinct values, sorted: class i is classes[i]. An aggregate of at most MAX_CLASSES + 1 rows."""
+    from pyspark.sql import functions as F
+
+    label = F.col(f"`{cfg.label}`").cast("string")
+    with naming_unreadable_files(cfg):
+        values = [r[0] for r in df.where(label.isNotNull()).select(label).distinct().limit(MAX_CLASSES + 1).collect()]
+    if len(values) > MAX_CLASSES:
+        raise SparkmlParError(
+            f"data.label: column {cfg.label!r} holds text with more than {MAX_CLASSES} distinct values, too many "
+            f"for the classes of a classification label; choose another data.label")
+    if cfg.num_classes and len(values) > cfg.num_classes:
+        raise SparkmlParError(
+            f"data.label: column {cfg.label!r} holds {len(values)} distinct classes ({', '.join(map(repr, sorted(values)[:20]))}) "
+            f"but data.num_classes={cfg.num_classes}; set data.num_classes={len(values)} or 0 (read from the data)")
+    return sorted(values)
+
+
+def _text_label_checks(df, cfg: DataConfig, classes: list[str]):
+    """The class index of a text label (every non-null value is one of `classes`)."""
+    from pyspark.sql import functions as F
+
+    raw = F.col(f"`{cfg.label}`")
+    index = F.array_position(F.array(*[F.lit(c) for c in classes]), raw.cast("string")) - 1
+    return index.cast("long"), [(raw.isNull(), F.lit(f"null:{cfg.label}"))]
 
 
 def check_reject_fraction(v: Validated, cfg: DataConfig, quarantine_url: str) -> None:
@@ -148,10 +239,11 @@ def _check_label_values(cfg: DataConfig, reasons: dict[str, int], rows_in: int) 
     readable = rows_in - sum(n for r, n in reasons.items() if r in ("malformed_row", "undecodable_image",
                                                                     f"null:{cfg.label}"))
     text = reasons.get(f"unparseable:{cfg.label}", 0)
-    if readable and text > readable / 2:
+    if readable and text > readable / 2:  # a classification label of text was indexed before this
         raise SparkmlParError(
             f"data.label: column {cfg.label!r} holds text, not numbers ({text} of {readable} values do not "
-            f"parse); a {cfg.task} label must be numeric; choose another data.label or map the classes to 0..K-1")
+            f"parse); a {cfg.task} label must be numeric; choose another data.label, or set "
+            f"data.task=classification to use its values as classes")
     fractional = reasons.get(f"not_integer:{cfg.label}", 0)
     if readable and fractional > readable / 2:
         raise SparkmlParError(
@@ -221,11 +313,13 @@ def _feature_checks(df, spec: ColumnSpec, cfg: DataConfig):
                                   f"{dtype.simpleString()}; declare its real type or convert it to an array of numbers")
         return _vector_checks(raw, spec)
     if spec.type == "string":
-        value = raw.cast("string")
-        checks = [(raw.isNull(), F.lit(f"null:{spec.name}"))]
+        impute = cfg.featurize.impute != "none"
+        value = F.coalesce(raw.cast("string"), F.lit(MISSING_CATEGORY)) if impute else raw.cast("string")
+        checks = [] if impute else [(raw.isNull(), F.lit(f"null:{spec.name}"))]
         if spec.categories is not None:
             allowed = F.array(*[F.lit(c) for c in spec.categories])
-            checks.append((~F.array_contains(allowed, value), F.lit(f"unknown_category:{spec.name}")))
+            checks.append((raw.isNotNull() & ~F.array_contains(allowed, raw.cast("string")),
+                           F.lit(f"unknown_category:{spec.name}")))
         return value, checks
     if not isinstance(dtype, (NumericType, StringType)):
         raise SparkmlParError(f"data.features: column {spec.name!r} is declared type: {spec.type} but holds "

@@ -20,6 +20,7 @@ from typing import Any, Literal, Optional
 
 import yaml
 
+from sparkml_par.contract import ROW_ID
 from sparkml_par.errors import ConfigError
 
 
@@ -190,9 +191,12 @@ class TuneConfig:
 
 @dataclass
 class ScoreConfig:
-    input: Optional[str] = _field(None, "Dataset or Parquet path to score; None scores the dataset's test split.")
+    input: Optional[str] = _field(None, "Dataset, Parquet or raw CSV/JSON lines/image path to score; None scores "
+                                        "the dataset's test split.")
+    source: Optional[Literal["csv", "json", "parquet", "images"]] = _field(
+        None, "Format of raw score.input files; None tells it from a dataset, Parquet, or the files' extensions.")
     model: Optional[str] = _field(None, "Model artifact directory; None uses train.output.")
-    id_column: str = _field("_row_id", "Column joined to each prediction.")
+    id_column: str = _field(ROW_ID, "Column joined to each prediction.")
     batch_size: int = _field(1024, "Rows per model call inside the UDF.", minimum=1)
     output: str = _field("runs/latest/predictions", "Parquet directory of predictions.")
 
@@ -233,6 +237,11 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | tu
     for override in overrides:
         _apply_override(raw, override)
     return _build(Config, _interpolate_env(raw, ""), "")
+
+
+def data_config_from_dict(raw: dict[str, Any]) -> DataConfig:
+    """A data section saved as a plain dict (a dataset's manifest keeps the one it was prepared with)."""
+    return _build(DataConfig, raw, "data")
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:

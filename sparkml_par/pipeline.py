@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from sparkml_par.config import Config, load_config
-from sparkml_par.infer.publish import METRICS_FILE
+from sparkml_par.contract import CONFIG_COPY, MODEL_DIR, SCORE_METRICS, WEIGHTS
 from sparkml_par.progress import spark_progress
 from sparkml_par.session import spark_session
 
@@ -78,7 +78,7 @@ def run_pipeline(spark, cfg: Config) -> dict[str, StageRecord]:
 
     run_dir = Path(cfg.output.run_dir).absolute()
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(cfg.to_yaml())
+    (run_dir / CONFIG_COPY).write_text(cfg.to_yaml())
     state = RunState(run_dir)
     forced = STAGES.index(cfg.output.from_stage) if cfg.output.from_stage else len(STAGES)
     tuning = bool(cfg.tune.space)
@@ -107,7 +107,7 @@ def run_pipeline(spark, cfg: Config) -> dict[str, StageRecord]:
         return record
 
     def do_prepare(_same: bool):
-        result = prepare(spark, cfg.data)
+        result = prepare(spark, cfg.data, owner=str(run_dir))
         m = result.manifest
         return result.output, {"fingerprint": m["fingerprint"], "rows_clean": m["rows_clean"],
                                "quarantined": m["quarantine"]["rows"], "skipped": result.skipped}
@@ -124,12 +124,12 @@ def run_pipeline(spark, cfg: Config) -> dict[str, StageRecord]:
         position += 1
 
     train_fp = fingerprint(dataclasses.asdict(train_cfg.train), data.summary["fingerprint"])
-    model_dir = Path(train_cfg.train.output, "model")
-    trained = stage(position, "train", train_fp, lambda: (model_dir / "weights.pt").exists(),
+    model_dir = Path(train_cfg.train.output, MODEL_DIR)
+    trained = stage(position, "train", train_fp, lambda: (model_dir / WEIGHTS).exists(),
                     lambda resume: _train(spark, train_cfg, resume))
     score_fp = fingerprint(dataclasses.asdict(cfg.score), trained.fingerprint)
     stage(position + 1, "score", score_fp,
-                   lambda: Path(cfg.score.output.removeprefix("file://"), METRICS_FILE).exists(),
+                   lambda: Path(cfg.score.output.removeprefix("file://"), SCORE_METRICS).exists(),
                    lambda _same: _score(spark, cfg))
 
     def do_report(_same: bool):

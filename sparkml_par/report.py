@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from sparkml_par.config import Config
+from sparkml_par.contract import (MANIFEST, MODEL_DESCRIPTION, MODEL_DIR, MODEL_METRICS, PREDICTION, PROFILE,
+                                  SCORE_METRICS, TRAIN_METRICS)
 
 log = logging.getLogger("sparkml_par.report")
 
@@ -28,9 +30,6 @@ INDEX = "index.html"
 PREDICTION_SAMPLE = 10_000
 NOT_RUN = "not run"
 
-_MANIFEST = "_manifest.json"
-_PROFILE = "profile.json"
-_SCORE_METRICS = "_metrics.json"  # sparkml_par.infer.publish.METRICS_FILE, not imported: it pulls in data_prep
 _TUNE_PLOT = "scores.png"
 
 
@@ -153,7 +152,7 @@ def _stages_section(run_dir: Path) -> Section:
 
 
 def _data_section(cfg: Config) -> Section:
-    manifest = _read_json(_under(cfg.data.output, _MANIFEST))
+    manifest = _read_json(_under(cfg.data.output, MANIFEST))
     if manifest is None:
         return Section("data", "Data", _p(_absent(cfg.data.output, "dataset (_manifest.json)")), ran=False)
     quarantine = manifest.get("quarantine", {})
@@ -163,6 +162,12 @@ def _data_section(cfg: Config) -> Section:
              ("rows quarantined", quarantine.get("rows")), ("duplicates", manifest.get("duplicates")),
              ("created", manifest.get("created"))]
     parts = [_table(["", "value"], facts)]
+    names = manifest.get("classes")
+    counts = manifest.get("class_counts") or {}
+    if counts:
+        parts.append("<h3>Classes</h3>" + _table(["class id", "label", "rows"], [
+            (k, names[int(k)] if names and int(k) < len(names) else k, n) for k, n in counts.items()]))
+    parts += [_p(f"warning: {w}") for w in manifest.get("class_warnings") or []]
     splits = manifest.get("splits", {})
     parts.append("<h3>Splits</h3>" + _table(["split", "rows", "row groups"],
                                             [(n, s.get("rows"), s.get("row_groups")) for n, s in splits.items()]))
@@ -170,8 +175,8 @@ def _data_section(cfg: Config) -> Section:
     parts.append("<h3>Quarantine</h3>" + (
         _table(["reason", "rows"], sorted(reasons.items(), key=lambda kv: -kv[1])) if reasons
         else _p(f"no rows quarantined ({quarantine.get('rows', 0)} rows)")))
-    profile = _read_json(_under(cfg.data.output, manifest.get("profile") or _PROFILE))
-    parts.append("<h3>Profile</h3>" + (_profile_html(profile) if profile else _p(f"{NOT_RUN}: no {_PROFILE}")))
+    profile = _read_json(_under(cfg.data.output, manifest.get("profile") or PROFILE))
+    parts.append("<h3>Profile</h3>" + (_profile_html(profile) if profile else _p(f"{NOT_RUN}: no {PROFILE}")))
     return Section("data", "Data", "\n".join(parts))
 
 
@@ -187,11 +192,11 @@ def _profile_html(profile: dict[str, Any]) -> str:
 
 
 def _training_section(cfg: Config, plots: _Plots) -> Section:
-    history = _read_jsonl(_under(cfg.train.output, "metrics.jsonl"))
-    model_metrics = _read_json(_under(cfg.train.output, "model", "metrics.json")) or {}
+    history = _read_jsonl(_under(cfg.train.output, TRAIN_METRICS))
+    model_metrics = _read_json(_under(cfg.train.output, MODEL_DIR, MODEL_METRICS)) or {}
     history = history or model_metrics.get("history", [])
     if not history:
-        return Section("training", "Training", _p(_absent(cfg.train.output, "training metrics (metrics.jsonl)")),
+        return Section("training", "Training", _p(_absent(cfg.train.output, f"training metrics ({TRAIN_METRICS})")),
                        ran=False)
     parts = [_p(f"epochs run: {len(history)}, in {cfg.train.output}"
                 + (" (stopped early)" if model_metrics.get("stopped_early") else ""))]
@@ -207,7 +212,7 @@ def _training_section(cfg: Config, plots: _Plots) -> Section:
     test = model_metrics.get("test") or {}
     parts.append("<h3>Test split (at the end of training)</h3>" + (
         _table(["metric", "value"], [(k, _fmt(v)) for k, v in test.items()]) if test
-        else _p(f"{NOT_RUN}: no test metrics in {cfg.train.output}/model/metrics.json")))
+        else _p(f"{NOT_RUN}: no test metrics in {cfg.train.output}/{MODEL_DIR}/{MODEL_METRICS}")))
     return Section("training", "Training", "\n".join(parts))
 
 
@@ -286,9 +291,9 @@ def _best_trial(trials: list[dict[str, Any]], direction: str) -> Optional[dict[s
 
 
 def _scoring_section(cfg: Config, plots: _Plots) -> Section:
-    scored = _read_json(_under(cfg.score.output, _SCORE_METRICS))
+    scored = _read_json(_under(cfg.score.output, SCORE_METRICS))
     if scored is None:
-        return Section("scoring", "Scoring", _p(_absent(cfg.score.output, "predictions (_metrics.json)")), ran=False)
+        return Section("scoring", "Scoring", _p(_absent(cfg.score.output, f"predictions ({SCORE_METRICS})")), ran=False)
     facts = [("predictions", cfg.score.output), ("model", scored.get("model")), ("input", scored.get("input")),
              ("rows", scored.get("rows")), ("seconds", _fmt(scored.get("seconds")))]
     parts = [_table(["", "value"], facts)]
@@ -316,7 +321,7 @@ def _classification_html(metrics: dict[str, Any], plots: _Plots) -> str:
     parts = [_table(["metric", "value"], [("accuracy", _fmt(metrics.get("accuracy"))),
                                           ("rows evaluated", metrics.get("rows_evaluated")),
                                           ("rows unlabelled", metrics.get("rows_unlabelled")),
-                                          ("labels out of range", metrics.get("labels_out_of_range"))])]
+                                          ("labels that are no class", metrics.get("labels_invalid"))])]
     rows = [(k, _fmt(p), _fmt(r), sum(matrix[k]) if k < len(matrix) else "")
             for k, (p, r) in enumerate(zip(metrics.get("precision", []), metrics.get("recall", [])))]
     parts.append("<h3>Per class</h3>" + _table(["class", "precision", "recall", "support"], rows))
@@ -349,8 +354,8 @@ def _plot_confusion(matrix: list[list[int]], plots: _Plots) -> str:
 
 def _label_column(cfg: Config, scored: dict[str, Any]) -> str:
     """The label column of the predictions: the model's, else data.label."""
-    model_dir = scored.get("model") or f"{cfg.train.output.rstrip('/')}/model"
-    description = _read_json(_under(str(model_dir), "model.json")) or {}
+    model_dir = scored.get("model") or f"{cfg.train.output.rstrip('/')}/{MODEL_DIR}"
+    description = _read_json(_under(str(model_dir), MODEL_DESCRIPTION)) or {}
     return description.get("label_column") or cfg.data.label
 
 
@@ -362,16 +367,16 @@ def _prediction_sample(path: Optional[Path], label: str):
     if path is None or not path.is_dir():
         return None
     dataset = ds.dataset(str(path), format="parquet")  # skips _metrics.json and other _-prefixed files
-    if label not in dataset.schema.names or "prediction" not in dataset.schema.names:
+    if label not in dataset.schema.names or PREDICTION not in dataset.schema.names:
         return None
     rows = dataset.count_rows()
     if rows > PREDICTION_SAMPLE:
         indices = np.sort(np.random.default_rng(0).choice(rows, PREDICTION_SAMPLE, replace=False))
-        table = dataset.take(indices, columns=[label, "prediction"])
+        table = dataset.take(indices, columns=[label, PREDICTION])
     else:
-        table = dataset.to_table(columns=[label, "prediction"])
+        table = dataset.to_table(columns=[label, PREDICTION])
     labels = table.column(label).to_numpy(zero_copy_only=False).astype(float)
-    predictions = table.column("prediction").to_numpy(zero_copy_only=False).astype(float)
+    predictions = table.column(PREDICTION).to_numpy(zero_copy_only=False).astype(float)
     keep = ~np.isnan(labels)
     return labels[keep], predictions[keep]
 

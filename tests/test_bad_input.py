@@ -242,10 +242,11 @@ CASES = [
                r"'label'; set data.label to one of them$"),
     Case("misspelled-feature-column", _csv(features=[ColumnSpec(name="widht"), FEATURES[1]]),
          error=r"^data.features\[0\].name: column 'widht' is not in the input; did you mean 'width'\? "),
-    Case("text-label", _csv(header="width,count,kind", good=[f"{i}.5,{i},k{i % 2}" for i in range(12)],
-                            label="kind"),
+    Case("text-regression-label", _csv(header="width,count,kind", good=[f"{i}.5,{i},k{i % 2}" for i in range(12)],
+                                       label="kind", task="regression"),
          error=r"^data.label: column 'kind' holds text, not numbers \(12 of 12 values do not parse\); a "
-               r"classification label must be numeric; choose another data.label or map the classes to 0..K-1$"),
+               r"regression label must be numeric; choose another data.label, or set data.task=classification to "
+               r"use its values as classes$"),
     Case("number-declared-as-vector", _csv(features=[ColumnSpec(name="width", type="vector", size=2)]),
          error=r"^data.features: column 'width' is declared type: vector but holds string; declare its real type "
                r"or convert it to an array of numbers$"),
@@ -255,7 +256,8 @@ CASES = [
                r"data.max_reject_fraction$"),
     Case("output-holds-another-dataset", _other_dataset_at_output, kept=(OUT,), needs_model=True,
          error=r"^data.output '.*out' already holds a dataset built from a different config or input "
-               r"\(fingerprint '\w{32}', .*\); choose another data.output or set data.mode=overwrite$"),
+               r"\(fingerprint '\w{32}', created '.*' by `sparkml-par prepare` or the notebook API; this run's fingerprint "
+               r"is '\w{32}'\); choose another data.output or set data.mode=overwrite$"),
     Case("output-is-not-a-dataset", _not_a_dataset_at_output, kept=(OUT,),
          error=r"^data.output '.*out' already exists and is not a dataset \(no _manifest.json\); choose another "
                r"data.output, remove it, or set data.mode=overwrite to replace it$"),

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from data_prep.featurize import apply_feature_pipeline
+from data_prep.score_rows import apply_feature_pipeline
 from data_prep.job import prepare, summary
 from sparkml_par.config import DataConfig, SplitConfig, SyntheticConfig, load_config
 from sparkml_par.errors import SparkmlParError
@@ -199,8 +199,7 @@ def test_feature_pipeline_was_fitted_on_train_and_scoring_reproduces_the_feature
     train = np.array([r["features"] for r in spark.read.parquet(f"{result.output}/train").collect()])
     assert np.allclose(train.mean(axis=0), 0.0, atol=1e-5)  # standard-scaled with train statistics
     raw = spark.read.option("header", "true").csv(str(base / "customers.csv"))
-    raw = raw.withColumn("_row_id", F.xxhash64(*raw.columns))
-    scored = apply_feature_pipeline(raw, str(base / "dataset"))
+    scored = apply_feature_pipeline(raw, str(base / "dataset"))  # the row id prepare gave each row, from its content
     test = spark.read.parquet(f"{result.output}/test").select("_row_id", F.col("features").alias("written"))
     joined = test.join(scored.select("_row_id", "features"), "_row_id").collect()
     assert len(joined) == result.manifest["splits"]["test"]["rows"]

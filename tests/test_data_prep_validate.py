@@ -121,11 +121,34 @@ def test_misspelled_label_suggests_the_closest(spark, tmp_path):
         prepare(spark, cfg)
 
 
-def test_text_label_is_the_wrong_type(spark, tmp_path):
-    cfg = _config(tmp_path, _csv(tmp_path / "iris.csv", [HEADER] + GOOD), label="color", features=FEATURES[:2])
-    with pytest.raises(SparkmlParError, match=r"data.label: column 'color' holds text, not numbers \(40 of 40 "
-                                              r"values do not parse\)"):
+def test_text_label_names_the_classes(spark, tmp_path):
+    lines = [HEADER] + GOOD + ["5.0,3.0,,1"]  # one row without a color: quarantined, not a class
+    cfg = _config(tmp_path, _csv(tmp_path / "iris.csv", lines), label="color", features=FEATURES[:2])
+    m = prepare(spark, cfg).manifest
+    assert m["classes"] == ["blue", "green", "red"] and m["num_classes"] == 3
+    assert m["class_counts"] == {"0": 13, "1": 13, "2": 14} and m["class_warnings"] == []
+    assert m["quarantine"]["reasons"] == {"null:color": 1}
+    rows = spark.read.parquet(f"{tmp_path / 'dataset'}/train").collect()
+    # GOOD row i has color ['red', 'blue', 'green'][i % 3]: the index of that name among the sorted classes
+    assert {r["color"] for r in rows} == {0, 1, 2}
+
+
+def test_more_text_classes_than_num_classes_says_how_many(spark, tmp_path):
+    cfg = _config(tmp_path, _csv(tmp_path / "iris.csv", [HEADER] + GOOD), label="color", features=FEATURES[:2],
+                  num_classes=2)
+    with pytest.raises(SparkmlParError, match=r"^data.label: column 'color' holds 3 distinct classes \('blue', "
+                                              r"'green', 'red'\) but data.num_classes=2; set data.num_classes=3 or 0"):
         prepare(spark, cfg)
+
+
+def test_a_stray_label_value_is_reported_with_the_counts(spark, tmp_path):
+    lines = [HEADER] + GOOD + ["5.0,3.0,red,7"]
+    m = prepare(spark, _config(tmp_path, _csv(tmp_path / "iris.csv", lines))).manifest
+    assert m["num_classes"] == 8 and m["class_counts"] == {"0": 14, "1": 13, "2": 13, "7": 1}
+    assert m["class_warnings"] == [
+        "class ids 3, 4, 5, 6 of 0..7 have no rows; the model still has 8 outputs (a stray label value, or set "
+        "data.num_classes)",
+        "classes with very few rows: 7: 1 rows (the average class has 10); check the label column for stray values"]
 
 
 def test_fractional_label_for_classification_suggests_regression(spark, tmp_path):

@@ -138,7 +138,7 @@ def test_udf_regression_values_equal_the_model_in_process(spark, regressor):
 
 
 def test_raw_rows_go_through_the_saved_feature_pipeline_first(spark, tabular):
-    from data_prep.featurize import apply_feature_pipeline
+    from data_prep.score_rows import apply_feature_pipeline
 
     root, _ = tabular
     raw = spark.read.option("header", "true").option("inferSchema", "true").csv(f"{root}/raw.csv")
@@ -220,7 +220,7 @@ def test_metrics_from_pair_counts():
     metrics = classification_metrics({(0, 0): 3, (0, 1): 1, (1, 1): 2, (7, 0): 1, (None, 1): 2}, 3)
     assert metrics["confusion_matrix"] == [[3, 1, 0], [0, 2, 0], [0, 0, 0]]
     assert metrics["rows_evaluated"] == 7 and metrics["rows_unlabelled"] == 2
-    assert metrics["labels_out_of_range"] == 1
+    assert metrics["labels_invalid"] == 1
     assert metrics["accuracy"] == pytest.approx(5 / 7)
     assert metrics["precision"] == [1.0, pytest.approx(2 / 3), None]
     assert metrics["recall"] == [0.75, 1.0, None]

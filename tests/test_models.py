@@ -119,7 +119,10 @@ def test_wrong_model_args_name_the_valid_parameters():
 
 
 @pytest.mark.parametrize("name,args,shape,message", [
-    ("cnn", {}, (64,), "model 'cnn' needs input_shape [channels, height, width], got [64]"),
+    ("cnn", {}, (64,), "model 'cnn' needs input_shape [channels, height, width] (images), got [64] from the "
+                       "dataset's feature_shape; set train.model=mlp (any input) or train.model=transformer"),
+    ("transformer", {}, (2, 3, 4, 5), "model 'transformer' needs input_shape [seq_len, d_in], [seq_len] or an "
+                                      "image's [channels, height, width], got [2, 3, 4, 5]"),
     ("cnn", {"kernel_size": 4}, (1, 8, 8), "kernel_size: 4 must be odd"),
     ("transformer", {"d_model": 10, "nhead": 4}, (8, 2), "d_model=10 must be a positive multiple of nhead=4"),
     ("mlp", {"dropout": 1.0}, (4,), "dropout: 1.0 must be in [0, 1)"),
@@ -128,6 +131,18 @@ def test_invalid_model_args(name, args, shape, message):
     with pytest.raises(ConfigError) as err:
         build_model(name, args, input_shape=shape, num_outputs=2)
     assert message in str(err.value)
+
+
+def test_transformer_reads_an_image_row_by_row():
+    torch.manual_seed(0)
+    model = build_model("transformer", {"d_model": 8, "nhead": 2, "layers": 1}, input_shape=(3, 4, 5),
+                        num_outputs=2)
+    images = torch.randn(6, 3, 4, 5)
+    rows = model[0](images.reshape(6, -1))
+    assert rows.shape == (6, 4, 15)
+    # token h holds row h of every channel, channel by channel
+    assert torch.equal(rows[:, 2], images[:, :, 2, :].reshape(6, 15))
+    assert model(images.reshape(6, -1)).shape == (6, 2)
 
 
 def test_input_of_the_wrong_size_names_both_shapes():

@@ -119,7 +119,7 @@ def _write_classification_predictions(root: Path) -> None:
     _write_json(root / "predictions" / "_metrics.json", {
         "model": str(root / "model" / "model"), "input": "dataset/test", "rows": 120, "task": "classification",
         "seconds": 1.5, "metrics": {
-            "rows_evaluated": 120, "rows_unlabelled": 0, "labels_out_of_range": 0, "accuracy": 0.8917,
+            "rows_evaluated": 120, "rows_unlabelled": 0, "labels_invalid": 0, "accuracy": 0.8917,
             "precision": [0.9, 0.85, None], "recall": [0.95, 0.8, 0.0],
             "confusion_matrix": [[38, 2, 0], [5, 34, 1], [10, 30, 0]]}})
 

@@ -68,7 +68,7 @@ def test_two_ranks_equal_one_process_on_the_same_global_batches(spark, synthetic
     model = build_from_spec(job.model_spec)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     steps = steps_per_epoch(job.split_rows["train"], 32, 1)
-    shards = [ShardBatches(job.splits["train"], rank, 2, 16, shuffle=False, seed=0) for rank in (0, 1)]
+    shards = [ShardBatches(job.splits["train"], rank, 2, 16, label=job.label, shuffle=False, seed=0) for rank in (0, 1)]
     for epoch in range(2):
         for (x0, y0), (x1, y1) in zip(shards[0].epoch(epoch, steps), shards[1].epoch(epoch, steps)):
             optimizer.zero_grad()

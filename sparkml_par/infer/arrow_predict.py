@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparkml_par.infer.predictor import PREDICTION, PROBABILITIES, input_size
+from sparkml_par.contract import PREDICTION, PROBABILITIES
+from sparkml_par.infer.predictor import input_size
 
 
 def output_schema(df, carried: list[str], task: str):

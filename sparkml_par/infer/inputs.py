@@ -1,63 +1,124 @@
 """What can be scored, turned into rows of (id, features[, label]) the model accepts, or refused clearly.
 
 An input is a DataFrame or a path. A path is a dataset directory (its `_manifest.json` is there: the
-test split is scored), one split of a dataset, or any Parquet directory. Rows that already have a
-`features` column are taken as prepared; raw rows go through the feature pipeline the model's
-dataset was prepared with. Every check that the schema allows is made on the driver, before any
-row is scored; the per-row check (array length, nulls) fails the Spark job with the row's id.
+test split is scored), one split of a dataset, a Parquet directory, or raw CSV, JSON lines or image
+files. Rows that already have a `features` column are taken as prepared; raw rows are read, checked
+and featurized by the rules of the model's dataset (data_prep.score_rows), and the rows those checks
+reject are set apart with their reason. Every check that the schema allows is made on the driver,
+before any row is scored; the per-row check (array length, nulls) fails the Spark job with the row's id.
 """
 
 from __future__ import annotations
 
 import difflib
+import os
+from dataclasses import dataclass, field
 from typing import Any
 
+from sparkml_par.contract import FEATURES
 from sparkml_par.errors import SparkmlParError
 from sparkml_par.infer.predictor import input_size
 
-FEATURES = "features"
 DEFAULT_SPLIT = "test"
+_EXTENSION_FORMATS = {"csv": "csv", "tsv": "csv", "json": "json", "jsonl": "json", "ndjson": "json",
+                      "parquet": "parquet"}
 # The Spark error of a failed per-row check carries this prefix, so the driver can find the message.
 ROW_CHECK_PREFIX = "score input: "
 
 
-def read_input(spark, path: str):
-    """The rows at `path`: a dataset's test split, a split, or a Parquet directory."""
-    from data_prep.manifest import HadoopFs, qualify_url, read_manifest
+@dataclass
+class ScoringInput:
+    """Rows with a `features` column, and for raw input the rows the dataset's checks rejected."""
 
+    rows: Any
+    raw: bool                    # read and featurized here (False: the rows came prepared)
+    rejected: Any = None
+    rows_in: int | None = None
+    reasons: dict[str, int] = field(default_factory=dict)
+
+
+def scoring_input(spark, df_or_path, description: dict[str, Any], source: str | None = None) -> ScoringInput:
+    """The rows of a DataFrame or a path, featurized the way the model's dataset was when they are raw.
+
+    A path is a dataset directory (its test split is scored), one split, a Parquet directory, or raw files
+    in any format prepare reads (`source`, or told by their extensions).
+    """
+    from data_prep.ingest import from_dataframe
+    from data_prep.manifest import read_manifest
+    from data_prep.score_rows import dataset_manifest, read_raw
+    from sparkml_par.storage import HadoopFs, qualify_url
+
+    if not isinstance(df_or_path, (str, os.PathLike)):
+        if FEATURES in df_or_path.columns:
+            return ScoringInput(rows=df_or_path, raw=False)
+        _require_raw_columns(df_or_path.columns, description)
+        return _featurized(spark, from_dataframe(df_or_path), description)
+    path = os.fspath(df_or_path)
     url = qualify_url(path)
-    if not HadoopFs(spark, url).exists(url):
+    fs = HadoopFs(spark, url)
+    if not fs.exists(url):
         raise SparkmlParError(f"score.input {path!r} does not exist; point score.input at a dataset directory "
-                              f"(data.output of sparkml-par prepare), one of its splits, or a Parquet directory")
+                              f"(data.output of sparkml-par prepare), one of its splits, a Parquet directory, or raw "
+                              f"CSV, JSON lines or image files")
     manifest = read_manifest(spark, url)
     if manifest is not None:
         split = manifest["splits"].get(DEFAULT_SPLIT)
         if split is None:
             raise SparkmlParError(f"dataset {path!r} has no {DEFAULT_SPLIT!r} split (its splits are "
                                   f"{', '.join(manifest['splits'])}); set score.input to {path}/<split>")
-        url = f"{url}/{split['path']}"
+        return ScoringInput(rows=_read_parquet(spark, f"{url}/{split['path']}", path), raw=False)
+    source = source or _source_of_files(fs, url, path)
+    if source == "parquet":
+        rows = _read_parquet(spark, url, path)
+        if FEATURES in rows.columns:
+            return ScoringInput(rows=rows, raw=False)
+        _require_raw_columns(rows.columns, description)
+    ing = read_raw(spark, url, source, dataset_manifest(spark, description["dataset"]))
+    return _featurized(spark, ing, description)
+
+
+def _featurized(spark, ing, description: dict[str, Any]) -> ScoringInput:
+    from data_prep.score_rows import dataset_manifest, score_rows
+
+    manifest = dataset_manifest(spark, description["dataset"])
+    scored = score_rows(spark, ing, manifest, description["dataset"])
+    return ScoringInput(rows=scored.rows, raw=True, rejected=scored.rejected, rows_in=scored.rows_in,
+                        reasons=scored.reasons)
+
+
+def _read_parquet(spark, url: str, path: str):
     try:
         return spark.read.parquet(url)
     except Exception as exc:  # Spark's AnalysisException: not Parquet, or an empty directory
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise SparkmlParError(f"score.input {path!r} cannot be read as Parquet ({first_line}); point it at a "
-                              f"dataset, a split or a Parquet directory, or pass a DataFrame to score()") from None
+                              f"dataset, a split or a Parquet directory, set score.source for raw CSV, JSON lines or "
+                              f"images, or pass a DataFrame to score()") from None
 
 
-def with_features(df, description: dict[str, Any]):
-    """`df` with a `features` column: kept when present, else built by the dataset's feature pipeline."""
-    if FEATURES in df.columns:
-        return df
+def _source_of_files(fs, url: str, path: str) -> str:
+    """The format of raw files, from their extensions: one format per input."""
+    from data_prep.ingest import IMAGE_EXTENSIONS
+
+    formats = set()
+    for name, _, _ in fs.list_files(url):
+        extension = name.rsplit("/", 1)[-1].rpartition(".")[2].lower()
+        formats.add(_EXTENSION_FORMATS.get(extension, "images" if extension in IMAGE_EXTENSIONS else "parquet"))
+    if len(formats) != 1:
+        found = ", ".join(sorted(formats)) or "no files"
+        raise SparkmlParError(f"score.input {path!r}: cannot tell its format from the file names ({found}); set "
+                              f"score.source to csv, json, parquet or images")
+    return formats.pop()
+
+
+def _require_raw_columns(columns: list[str], description: dict[str, Any]) -> None:
     raw = description.get("raw_feature_columns") or []
-    missing = [name for name in raw if name not in df.columns]
+    missing = [name for name in raw if name not in columns]
     if missing or not raw:
         raise SparkmlParError(
-            f"scoring input: {_describe_missing(missing or [FEATURES], df.columns)}; the model reads a prepared "
+            f"scoring input: {_describe_missing(missing or [FEATURES], columns)}; the model reads a prepared "
             f"{FEATURES!r} column or the raw columns {raw!r} it was prepared from (the input's columns are "
-            f"{', '.join(map(repr, df.columns))})")
-    from data_prep.featurize import apply_feature_pipeline
-
-    return apply_feature_pipeline(df, description["dataset"])
+            f"{', '.join(map(repr, columns))})")
 
 
 def checked_features(df, description: dict[str, Any], id_column: str):
@@ -101,18 +162,9 @@ def require_id_column(df, id_column: str) -> None:
 
 
 def label_column(df, description: dict[str, Any]) -> str | None:
-    """The model's label column when the input has it as numbers (then predictions can be evaluated)."""
-    from pyspark.sql.types import NumericType
-
+    """The model's label column when the input has it (then predictions can be evaluated)."""
     name = description.get("label_column")
-    if not name or name not in df.columns:
-        return None
-    if not isinstance(df.schema[name].dataType, NumericType):
-        raise SparkmlParError(
-            f"scoring input: label column {name!r} has type {df.schema[name].dataType.simpleString()}, but the "
-            f"model was trained on numeric labels; drop or rename the column to score without evaluation, or "
-            f"map it to the training labels")
-    return name
+    return name if name and name in df.columns else None
 
 
 def _describe_missing(names: list[str], columns: list[str]) -> str:

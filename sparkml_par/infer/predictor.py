@@ -15,10 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from sparkml_par.train.artifact import WEIGHTS, load_model_artifact
-
-PREDICTION = "prediction"
-PROBABILITIES = "probabilities"
+from sparkml_par.contract import PREDICTION, PROBABILITIES, WEIGHTS
+from sparkml_par.train.artifact import load_model_artifact
 
 _CACHE: dict[tuple[str, str, int], "Predictor"] = {}
 _CACHE_LOCK = threading.Lock()

@@ -12,10 +12,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from data_prep.manifest import HadoopFs, clear_leftovers, qualify_url, replace_directory, staging_url
+from sparkml_par.storage import HadoopFs, clear_leftovers, qualify_url, replace_directory, staging_url
+from sparkml_par.contract import SCORE_METRICS
 from sparkml_par.errors import SparkmlParError
-
-METRICS_FILE = "_metrics.json"
 
 
 def output_url(output: str) -> str:
@@ -26,13 +25,13 @@ def check_output(spark, url: str) -> None:
     """Refuses to replace anything but an earlier run's predictions (recognised by their metrics file)."""
     clear_leftovers(spark, url)
     fs = HadoopFs(spark, url)
-    if fs.exists(url) and not fs.exists(f"{url}/{METRICS_FILE}"):
-        raise SparkmlParError(f"score.output {url!r} already exists and holds no predictions (no {METRICS_FILE}); "
+    if fs.exists(url) and not fs.exists(f"{url}/{SCORE_METRICS}"):
+        raise SparkmlParError(f"score.output {url!r} already exists and holds no predictions (no {SCORE_METRICS}); "
                               f"choose another score.output or remove it")
 
 
 def write_metrics_file(spark, staging: str, payload: dict[str, Any]) -> None:
-    HadoopFs(spark, staging).write_text(f"{staging}/{METRICS_FILE}", json.dumps(payload, indent=2) + "\n")
+    HadoopFs(spark, staging).write_text(f"{staging}/{SCORE_METRICS}", json.dumps(payload, indent=2) + "\n")
 
 
 def publish(spark, staging: str, url: str) -> None:

@@ -10,12 +10,12 @@ are present), and prints the metrics.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from sparkml_par.config import Config
+from sparkml_par.contract import MODEL_DIR, PREDICTED_LABEL, PREDICTION, ROW_ID, SCORE_METRICS, SCORE_QUARANTINE_DIR
 from sparkml_par.errors import SparkmlParError
 from sparkml_par.infer import inputs, metrics, publish
 from sparkml_par.infer.arrow_predict import output_schema, predict_batches
@@ -31,57 +31,101 @@ class ScoreResult:
     rows: int
     metrics: dict[str, Any] | None
     seconds: float
+    rejected: dict[str, Any] | None = None   # raw input rows the dataset's checks rejected, by reason
 
 
-def score(spark, df_or_path, model_dir: str, id_column: str = "_row_id", batch_size: int = 1024):
-    """Lazy DataFrame of predictions for a DataFrame or a path (see inputs.read_input) scored by an artifact."""
+def score(spark, df_or_path, model_dir: str, id_column: str = ROW_ID, batch_size: int = 1024,
+          source: str | None = None):
+    """Lazy DataFrame of predictions for a DataFrame or a path (see inputs.scoring_input) scored by an artifact.
+
+    Raw rows that fail the checks of the model's dataset are not scored; `score_job` keeps them, with
+    their reason, beside the predictions.
+    """
+    return _predictions(spark, df_or_path, model_dir, id_column, batch_size, source)[0]
+
+
+def _predictions(spark, df_or_path, model_dir: str, id_column: str, batch_size: int, source: str | None):
+    """(lazy predictions, the scoring input they come from)."""
     from sparkml_par.train.artifact import load_model_artifact
 
     if batch_size < 1:
         raise SparkmlParError(f"score.batch_size={batch_size!r}: rows per model call must be at least 1")
     _, description = load_model_artifact(model_dir)  # on the driver: a missing or broken artifact fails here
-    is_path = isinstance(df_or_path, (str, os.PathLike))
-    df = inputs.read_input(spark, os.fspath(df_or_path)) if is_path else df_or_path
+    scoring = inputs.scoring_input(spark, df_or_path, description, source)
+    df = scoring.rows
+    if scoring.raw and id_column == ROW_ID:
+        log.info("rows are identified by %s, a hash of each row's content; set score.id_column to name an id "
+                 "column of the input instead", ROW_ID)
     inputs.require_id_column(df, id_column)
-    df = inputs.with_features(df, description)
     label = inputs.label_column(df, description)
     features = inputs.checked_features(df, description, id_column)
     carried = [id_column] + ([label] if label and label != id_column else [])
     checked = df.select(*[f"`{c}`" for c in carried], features.alias(_FEATURES))
     predict = predict_batches(_local_artifact_path(model_dir), description, _FEATURES, carried, batch_size)
-    return checked.mapInArrow(predict, output_schema(df, carried, description["task"]))
+    predictions = checked.mapInArrow(predict, output_schema(df, carried, description["task"]))
+    return _with_class_names(predictions, description.get("classes")), scoring
+
+
+def _with_class_names(predictions, classes: list[str] | None):
+    """`predicted_label`, the name of the predicted class, when the classes have names (text labels, images)."""
+    from pyspark.sql import functions as F
+
+    if not classes:
+        return predictions
+    names = F.array(*[F.lit(str(c)) for c in classes])
+    return predictions.withColumn(PREDICTED_LABEL, F.element_at(names, F.col(PREDICTION).cast("int") + 1))
 
 
 def score_job(spark, cfg: Config) -> ScoreResult:
     """Scores score.input (default: the model's test split) and publishes predictions and metrics."""
+    from data_prep.ingest import parsing_whole_csv_rows
+
+    with parsing_whole_csv_rows(spark):  # a raw CSV input: its rows are counted and scored alike
+        return _score_job(spark, cfg)
+
+
+def _score_job(spark, cfg: Config) -> ScoreResult:
     from sparkml_par.train.artifact import load_model_artifact
 
-    model_dir = cfg.score.model or f"{cfg.train.output.rstrip('/')}/model"
+    model_dir = cfg.score.model or f"{cfg.train.output.rstrip('/')}/{MODEL_DIR}"
     _, description = load_model_artifact(model_dir)
     source = cfg.score.input or f"{description['dataset']}/{inputs.DEFAULT_SPLIT}"
     url = publish.output_url(cfg.score.output)
     publish.check_output(spark, url)
-    predictions = score(spark, source, model_dir, cfg.score.id_column, cfg.score.batch_size)
+    predictions, scoring = _predictions(spark, source, model_dir, cfg.score.id_column, cfg.score.batch_size,
+                                        cfg.score.source)
     label = description.get("label_column") if description.get("label_column") in predictions.columns else None
 
     started = time.monotonic()
     staging = publish.staging_url(url)
     try:
         _run_spark_action(lambda: predictions.write.parquet(staging), source)
+        rejected = _write_rejected(scoring, staging)
         seconds = time.monotonic() - started
         written = spark.read.parquet(staging)  # evaluate what was written: the model does not run again
         rows = written.count()
         log.info("scored %d rows in %.1f s (%.0f rows/s)", rows, seconds, rows / max(seconds, 1e-9))
-        evaluation = (metrics.evaluate(written, label, description["task"], int(description["num_classes"] or 0))
-                      if label else None)
+        evaluation = (metrics.evaluate(written, label, description["task"], int(description["num_classes"] or 0),
+                                       description.get("classes")) if label else None)
         publish.write_metrics_file(spark, staging, {
             "model": model_dir, "input": source, "rows": rows, "task": description["task"],
-            "columns": written.columns, "seconds": round(seconds, 3), "metrics": evaluation})
+            "columns": written.columns, "seconds": round(seconds, 3), "rejected": rejected, "metrics": evaluation})
         publish.publish(spark, staging, url)
     except BaseException:
         publish.discard(spark, staging)
         raise
-    return ScoreResult(output=url, rows=rows, metrics=evaluation, seconds=seconds)
+    return ScoreResult(output=url, rows=rows, metrics=evaluation, seconds=seconds, rejected=rejected)
+
+
+def _write_rejected(scoring: inputs.ScoringInput, staging: str) -> dict[str, Any] | None:
+    """Raw rows the dataset's checks rejected go under the predictions' `_quarantine/` (Parquet readers of
+    the predictions skip `_` names), counted by reason; None when the input came prepared."""
+    if not scoring.raw:
+        return None
+    if scoring.reasons:
+        scoring.rejected.write.parquet(f"{staging}/{SCORE_QUARANTINE_DIR}")
+    return {"path": SCORE_QUARANTINE_DIR, "rows": sum(scoring.reasons.values()), "rows_in": scoring.rows_in,
+            "reasons": scoring.reasons}
 
 
 def _run_spark_action(action, source: str) -> None:
@@ -109,11 +153,15 @@ def summary(result: ScoreResult) -> str:
     lines = [f"predictions {result.output}",
              f"  rows          {result.rows}",
              f"  {result.seconds:.1f} s, {result.rows / max(result.seconds, 1e-9):.0f} rows/s"]
+    if result.rejected and result.rejected["rows"]:
+        lines.append(f"  rejected      {result.rejected['rows']} of {result.rejected['rows_in']} input rows, in "
+                     f"{result.output}/{result.rejected['path']}")
+        lines += [f"    {reason:<28} {n}" for reason, n in result.rejected["reasons"].items()]
     if result.metrics is None:
         lines.append("  no label column in the input: predictions not evaluated")
     else:
         lines += metrics.metrics_summary(result.metrics)
-    lines.append(f"  metrics       {result.output}/{publish.METRICS_FILE}")
+    lines.append(f"  metrics       {result.output}/{SCORE_METRICS}")
     return "\n".join(lines)
 
 

@@ -46,7 +46,9 @@ def build_cnn(*, input_shape: tuple[int, ...], num_outputs: int, channels: list[
               kernel_size: int = 3, hidden: int = 128, batchnorm: bool = True, dropout: float = 0.0) -> CNN:
     """Builder for `train.model: cnn`; input_shape is [channels, height, width] (e.g. [1, 8, 8] for digits)."""
     if len(input_shape) != 3 or min(input_shape) < 1:
-        raise ConfigError(f"model 'cnn' needs input_shape [channels, height, width], got {list(input_shape)!r}")
+        raise ConfigError(f"model 'cnn' needs input_shape [channels, height, width] (images), got "
+                          f"{list(input_shape)!r} from the dataset's feature_shape; set train.model=mlp (any input) "
+                          f"or train.model=transformer for this data")
     if not channels or any(int(c) < 1 for c in channels):
         raise ConfigError(f"train.model_args.channels: expected a non-empty list of positive channel counts, "
                           f"got {list(channels)!r}")

@@ -10,6 +10,37 @@ import torch.nn as nn
 from sparkml_par.errors import SparkmlParError
 
 
+class TargetScale(nn.Module):
+    """Maps a standardized output back to the label's units: `mean + std * x`.
+
+    A regression label far from zero (a price, a disease score of 25..346) would take an optimizer
+    thousands of steps to reach at a normal learning rate; with the label's train-split mean and
+    standard deviation as the last layer the network predicts values near 0 and 1, as a scaled feature
+    does, and every consumer (loss, metrics, scoring) still sees the label's own units.
+    """
+
+    def __init__(self, mean: float, std: float):
+        super().__init__()
+        self.register_buffer("mean", torch.tensor(float(mean)))
+        self.register_buffer("std", torch.tensor(float(std)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mean + self.std * x
+
+
+class ImageRows(nn.Module):
+    """A [channels, height, width] image as a sequence of its rows: height tokens of channels x width values."""
+
+    def __init__(self, shape: tuple[int, int, int]):
+        super().__init__()
+        self.shape = tuple(shape)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        channels, height, width = self.shape
+        return x.reshape(x.shape[0], channels, height, width).permute(0, 2, 1, 3).reshape(x.shape[0], height,
+                                                                                          channels * width)
+
+
 class Reshape(nn.Module):
     """Views each sample as `shape`: datasets store images and sequences as flat float vectors."""
 

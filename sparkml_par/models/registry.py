@@ -59,10 +59,16 @@ def build_model(name: str, args: dict[str, Any], *, input_shape: tuple[int, ...]
     return model
 
 
-def model_spec(name: str, args: dict[str, Any], input_shape: tuple[int, ...], num_outputs: int) -> dict[str, Any]:
-    """A JSON-able description from which `build_from_spec` rebuilds the same architecture."""
+def model_spec(name: str, args: dict[str, Any], input_shape: tuple[int, ...], num_outputs: int,
+               target_scale: tuple[float, float] | None = None) -> dict[str, Any]:
+    """A JSON-able description from which `build_from_spec` rebuilds the same architecture.
+
+    `target_scale` (a regression label's mean and standard deviation) ends the model with a TargetScale.
+    """
     spec = {"name": name, "args": dict(args), "input_shape": [int(d) for d in input_shape],
             "num_outputs": int(num_outputs)}
+    if target_scale is not None:
+        spec["target_scale"] = [float(v) for v in target_scale]
     try:
         # The round trip also turns tuples into lists, so a spec equals itself after saving and loading.
         return json.loads(json.dumps(spec))
@@ -73,8 +79,15 @@ def model_spec(name: str, args: dict[str, Any], input_shape: tuple[int, ...], nu
 
 def build_from_spec(spec: dict[str, Any]) -> nn.Module:
     """Rebuilds a model from a saved `model_spec` (weights are loaded separately)."""
-    return build_model(spec["name"], spec["args"], input_shape=tuple(spec["input_shape"]),
-                       num_outputs=spec["num_outputs"])
+    from sparkml_par.models.layers import TargetScale
+
+    model = build_model(spec["name"], spec["args"], input_shape=tuple(spec["input_shape"]),
+                        num_outputs=spec["num_outputs"])
+    if "target_scale" not in spec:
+        return model
+    scale = TargetScale(*spec["target_scale"])
+    # Appended to a sequence of layers, so a pipeline-parallel split still sees consecutive layers.
+    return model.append(scale) if isinstance(model, nn.Sequential) else nn.Sequential(model, scale)
 
 
 def _resolve(name: str) -> ModelBuilder:

@@ -18,11 +18,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from sparkml_par.contract import CONFIG_COPY, MODEL_DESCRIPTION, MODEL_METRICS, WEIGHTS
 from sparkml_par.errors import SparkmlParError
 from sparkml_par.models.registry import build_from_spec
-
-WEIGHTS = "weights.pt"
-DESCRIPTION = "model.json"
 
 
 def write_model_artifact(directory: str | os.PathLike, state_dict: dict[str, torch.Tensor],
@@ -33,9 +31,9 @@ def write_model_artifact(directory: str | os.PathLike, state_dict: dict[str, tor
     staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
     try:
         torch.save({k: v.detach().cpu() for k, v in state_dict.items()}, staging / WEIGHTS)
-        (staging / DESCRIPTION).write_text(json.dumps(description, indent=2, default=str))
-        (staging / "metrics.json").write_text(json.dumps(metrics, indent=2))
-        (staging / "config.yaml").write_text(config_yaml)
+        (staging / MODEL_DESCRIPTION).write_text(json.dumps(description, indent=2, default=str))
+        (staging / MODEL_METRICS).write_text(json.dumps(metrics, indent=2))
+        (staging / CONFIG_COPY).write_text(config_yaml)
         if target.exists():
             retired = target.with_name(f".{target.name}-old")
             shutil.rmtree(retired, ignore_errors=True)
@@ -56,11 +54,11 @@ def load_model_artifact(directory: str | os.PathLike) -> tuple[nn.Module, dict[s
     if not path.is_dir():
         raise SparkmlParError(f"model artifact {str(directory)!r} does not exist; train a model first "
                               f"(sparkml-par train) or point score.model at an artifact directory")
-    missing = [name for name in (WEIGHTS, DESCRIPTION) if not (path / name).is_file()]
+    missing = [name for name in (WEIGHTS, MODEL_DESCRIPTION) if not (path / name).is_file()]
     if missing:
         raise SparkmlParError(f"model artifact {str(directory)!r} is incomplete: {', '.join(missing)} missing; "
                               f"re-run training to write it again")
-    description = json.loads((path / DESCRIPTION).read_text())
+    description = json.loads((path / MODEL_DESCRIPTION).read_text())
     model = build_from_spec(description["spec"])
     model.load_state_dict(torch.load(path / WEIGHTS, map_location="cpu", weights_only=True))
     return model.eval(), description

@@ -15,19 +15,19 @@ from typing import Iterator
 import numpy as np
 import torch
 
+from sparkml_par.contract import FEATURES
+
 # petastorm 0.12 uses pyarrow APIs deprecated since pyarrow 2-5 (the reason pyarrow is pinned to 14) and
 # advises make_reader for datasets with a Unischema; neither is news to a user, both would flood rank logs.
 warnings.filterwarnings("ignore", category=FutureWarning, module=r"petastorm(\.|$)")
 warnings.filterwarnings("ignore", message="Please use make_reader", category=UserWarning)
 
-FEATURES = "features"
-LABEL = "label"
-
 
 class ShardBatches:
-    def __init__(self, url: str, rank: int, size: int, batch_size: int, *, shuffle: bool, seed: int,
+    def __init__(self, url: str, rank: int, size: int, batch_size: int, *, label: str, shuffle: bool, seed: int,
                  shuffle_buffer: int = 0, cache: bool = False, label_dtype: torch.dtype = torch.int64):
         self.url, self.rank, self.size = url, rank, size
+        self.label = label  # the user's label column, as the dataset's manifest names it
         self.batch_size = batch_size
         self.shuffle, self.seed, self.shuffle_buffer = shuffle, seed, shuffle_buffer
         self.label_dtype = label_dtype
@@ -94,11 +94,11 @@ class ShardBatches:
     def _read(self, num_epochs: int | None, seed: int | None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         from petastorm import make_batch_reader
 
-        with make_batch_reader(self.url, schema_fields=[FEATURES, LABEL], cur_shard=self.rank,
+        with make_batch_reader(self.url, schema_fields=[FEATURES, self.label], cur_shard=self.rank,
                                shard_count=self.size, num_epochs=num_epochs, workers_count=1,
                                shuffle_row_groups=self.shuffle and seed is not None, seed=seed) as reader:
             for batch in reader:
-                yield _stack(getattr(batch, FEATURES)), np.array(getattr(batch, LABEL))
+                yield _stack(getattr(batch, FEATURES)), np.array(getattr(batch, self.label))
 
 
 def _stack(column: np.ndarray) -> np.ndarray:

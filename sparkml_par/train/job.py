@@ -14,6 +14,7 @@ from typing import Any
 
 from sparkml_par import launch
 from sparkml_par.config import Config
+from sparkml_par.contract import MANIFEST_LABEL, MANIFEST_LABEL_SCALE
 from sparkml_par.errors import SparkmlParError
 from sparkml_par.launch.slots import check_barrier_launch
 from sparkml_par.models.registry import build_from_spec, model_spec
@@ -55,12 +56,15 @@ def build_train_job(manifest: dict[str, Any], dataset_url: str, cfg: Config, num
                               f"every rank needs at least one row per batch")
     task = manifest["task"]
     outputs = manifest["num_classes"] if task == "classification" else 1
-    spec = model_spec(cfg.train.model, cfg.train.model_args, tuple(manifest["feature_shape"]), outputs)
+    scale = manifest.get(MANIFEST_LABEL_SCALE)
+    spec = model_spec(cfg.train.model, cfg.train.model_args, tuple(manifest["feature_shape"]), outputs,
+                      target_scale=(scale["mean"], scale["std"]) if task == "regression" and scale else None)
     build_from_spec(spec)  # a wrong model name or argument fails here, on the driver, not in every rank
     root = dataset_url.rstrip("/")
     return TrainJob(
         train=cfg.train,
         splits={name: f"{root}/{split['path']}" for name, split in splits.items()},
+        label=manifest[MANIFEST_LABEL],
         split_rows={name: split["rows"] for name, split in splits.items()},
         task=task,
         model_spec=spec,
@@ -73,7 +77,7 @@ def build_train_job(manifest: dict[str, Any], dataset_url: str, cfg: Config, num
             "feature_pipeline": manifest.get("feature_pipeline"),
             "raw_feature_columns": manifest.get("raw_feature_columns", []),
             "raw_feature_types": manifest.get("raw_feature_types", {}),
-            "label_column": manifest.get("label_column"),
+            "label_column": manifest[MANIFEST_LABEL],
         },
         config_yaml=cfg.to_yaml(),
         use_gpu=cfg.spark.use_gpu,
@@ -82,7 +86,8 @@ def build_train_job(manifest: dict[str, Any], dataset_url: str, cfg: Config, num
 
 def train(spark, cfg: Config) -> TrainResult:
     """Trains cfg.train.model on the dataset at cfg.data.output with cfg.train.num_proc Horovod ranks."""
-    from data_prep.manifest import qualify_url, read_manifest
+    from data_prep.manifest import read_manifest
+    from sparkml_par.storage import qualify_url
 
     dataset_url = qualify_url(cfg.data.output)
     manifest = read_manifest(spark, dataset_url)

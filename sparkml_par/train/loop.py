@@ -23,6 +23,7 @@ from torch import nn
 
 from sparkml_par import faults
 from sparkml_par.config import TrainConfig
+from sparkml_par.contract import MODEL_DIR, TRAIN_METRICS
 from sparkml_par.errors import ConfigError
 from sparkml_par.launch import current_rank
 from sparkml_par.models.registry import build_from_spec
@@ -42,6 +43,7 @@ class TrainJob:
     """Plain values every rank needs (the barrier closure captures it: no sessions, no open handles)."""
     train: TrainConfig
     splits: dict[str, str]          # split name -> dataset URL
+    label: str                      # the dataset's label column
     split_rows: dict[str, int]
     task: str
     model_spec: dict[str, Any]
@@ -91,10 +93,10 @@ def train_rank(job: TrainJob) -> dict[str, Any]:
     distributed.broadcast_training_state(base, optimizer)
 
     label_dtype = torch.int64 if job.task == "classification" else torch.float32
-    train_data = ShardBatches(job.splits["train"], rank, size, per_rank_batch, shuffle=cfg.shuffle, seed=cfg.seed,
-                              shuffle_buffer=cfg.shuffle_buffer, cache=cfg.cache, label_dtype=label_dtype)
-    evaluators = {name: ShardBatches(job.splits[name], rank, size, per_rank_batch, shuffle=False, seed=cfg.seed,
-                                     cache=cfg.cache, label_dtype=label_dtype)
+    train_data = ShardBatches(job.splits["train"], rank, size, per_rank_batch, label=job.label, shuffle=cfg.shuffle,
+                              seed=cfg.seed, shuffle_buffer=cfg.shuffle_buffer, cache=cfg.cache, label_dtype=label_dtype)
+    evaluators = {name: ShardBatches(job.splits[name], rank, size, per_rank_batch, label=job.label, shuffle=False,
+                                     seed=cfg.seed, cache=cfg.cache, label_dtype=label_dtype)
                   for name in ("validation", "test") if job.split_rows.get(name, 0) >= size}
 
     output = Path(job.output)
@@ -123,7 +125,7 @@ def train_rank(job: TrainJob) -> dict[str, Any]:
         if state.epoch % cfg.checkpoint_every == 0 or last:
             _checkpoint(job, base, optimizer, schedule, stopper, scaler, state, rank)
         if rank == 0:
-            _write_metrics(output / "metrics.jsonl", state.history)
+            _write_metrics(output / TRAIN_METRICS, state.history)
         if stop or max_steps_reached:
             break
 
@@ -133,7 +135,7 @@ def train_rank(job: TrainJob) -> dict[str, Any]:
     if rank == 0:
         metrics = {"history": state.history, "test": test_metrics,
                    "stopped_early": bool(state.history) and state.epoch < cfg.epochs and not max_steps_reached}
-        artifact = write_model_artifact(output / "model", base.state_dict(), job.description, metrics,
+        artifact = write_model_artifact(output / MODEL_DIR, base.state_dict(), job.description, metrics,
                                         job.config_yaml)
         result.update(metrics, artifact=str(artifact))
     return result

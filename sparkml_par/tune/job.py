@@ -48,7 +48,8 @@ def output_dir(url: str) -> Path:
 
 def tune(spark, cfg: Config) -> TuneResult:
     """Runs the search cfg.tune describes on the dataset at cfg.data.output."""
-    from data_prep.manifest import qualify_url, read_manifest
+    from data_prep.manifest import read_manifest
+    from sparkml_par.storage import qualify_url
 
     started = time.monotonic()
     space = SearchSpace.from_config(cfg.tune.space)

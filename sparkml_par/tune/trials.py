@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkml_par.config import Config
+from sparkml_par.contract import TRAIN_METRICS
 from sparkml_par.errors import ConfigError
 from sparkml_par.train.loop import TrainJob
 from sparkml_par.tune.scheduler import TrialControl
@@ -131,7 +132,7 @@ class SparkTrials:
         submitted = time.time()
         thread = threading.Thread(target=collect, name=group, daemon=True)
         thread.start()
-        metrics = Path(task.job.output) / "metrics.jsonl"
+        metrics = Path(task.job.output) / TRAIN_METRICS
         epochs_seen = 0
         while thread.is_alive():
             thread.join(_POLL_SECONDS)
