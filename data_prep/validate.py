@@ -205,22 +205,36 @@ def check_reject_fraction(v: Validated, cfg: DataConfig, quarantine_url: str) ->
 
 
 def _infer_specs(df, cfg: DataConfig, raw_columns: list[str]) -> list[ColumnSpec]:
-    """`features: []` means every column but the label: numbers as float, text as categories."""
-    from pyspark.sql.types import ArrayType, NumericType
+    """`features: []` means every column but the label and the split key: numbers as float, text as categories.
 
-    specs = []
-    for f in df.schema.fields:
-        if f.name not in raw_columns or f.name in (cfg.label, cfg.split.key):
-            continue
+    A text column (every CSV column, a JSON string) is a number column when most of its values parse as
+    numbers (the few that do not are quarantined as unparseable), else a category column; one aggregate
+    over the input counts both.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType, NumericType, StringType
+
+    fields = [f for f in df.schema.fields if f.name in raw_columns and f.name not in (cfg.label, cfg.split.key)]
+    if not fields:
+        raise SparkmlParError(f"data.features: the input has no columns besides the label {cfg.label!r}; "
+                              f"add feature columns to the input")
+    for f in fields:
         if isinstance(f.dataType, ArrayType):
             raise SparkmlParError(f"data.features: column {f.name!r} is an array; declare it with "
                                   f"type: vector and its size, e.g. {{name: {f.name}, type: vector, size: 64}}")
-        numeric = cfg.source == "csv" or isinstance(f.dataType, NumericType)
-        specs.append(ColumnSpec(name=f.name, type="float" if numeric else "string"))
-    if not specs:
-        raise SparkmlParError(f"data.features: the input has no columns besides the label {cfg.label!r}; "
-                              f"add feature columns to the input")
-    return specs
+    texts = [f.name for f in fields if isinstance(f.dataType, StringType)]
+    numbers_in_text = {}
+    if texts:
+        counts = []
+        for i, name in enumerate(texts):
+            column = F.col(f"`{name}`")
+            counts += [F.count(column).alias(f"values_{i}"),
+                       F.count(F.expr(f"try_cast(`{name}` AS double)")).alias(f"numbers_{i}")]
+        with naming_unreadable_files(cfg):
+            row = df.where(F.col(INGEST_ERROR).isNull()).agg(*counts).first()
+        numbers_in_text = {name: row[f"numbers_{i}"] > row[f"values_{i}"] / 2 for i, name in enumerate(texts)}
+    return [ColumnSpec(name=f.name, type="float" if isinstance(f.dataType, NumericType) or numbers_in_text.get(f.name)
+                       else "string") for f in fields]
 
 
 def _check_label_type(df, cfg: DataConfig) -> None:

@@ -226,6 +226,20 @@ def test_metrics_from_pair_counts():
     assert metrics["recall"] == [0.75, 1.0, None]
 
 
+def test_labels_that_are_no_class_are_invalid_not_truncated(spark):
+    from sparkml_par.infer.metrics import evaluate
+
+    rows = [("1", 1), ("1.5", 1), ("0", 0), ("7", 0), (None, 1), ("setosa", 0), ("virginica", 2), ("daisy", 2)]
+    predictions = spark.createDataFrame(rows, "label string, prediction long")
+    named = evaluate(predictions, "label", "classification", 3, ["setosa", "versicolor", "virginica"])
+    # 1.5 is no class (not 1), 7 is out of range, daisy is no class name: three wrong, none evaluated as a class
+    assert named["labels_invalid"] == 3 and named["rows_unlabelled"] == 1 and named["rows_evaluated"] == 7
+    assert named["confusion_matrix"] == [[2, 0, 0], [0, 1, 0], [0, 0, 1]]
+    numbered = evaluate(predictions.where("label NOT IN ('setosa', 'virginica', 'daisy')"), "label",
+                        "classification", 3)
+    assert numbered["labels_invalid"] == 2 and numbered["accuracy"] == pytest.approx(2 / 4)
+
+
 # --- refusals --------------------------------------------------------------------------------------------
 
 def test_missing_model_path(spark, classifier, tmp_path):
