@@ -20,8 +20,15 @@ from data_prep.validate import Validated, check_reject_fraction, validate
 from data_prep.write import write_split
 from sparkml_par import storage
 from sparkml_par.config import Config, DataConfig
-from sparkml_par.contract import (FEATURE_PIPELINE_DIR, FEATURES, MANIFEST_LABEL_SCALE, MANIFEST_OWNER, PROFILE,
-                                  QUARANTINE_DIR, REJECTED_SUFFIX, ROW_ID, SPLIT, SPLITS)
+from sparkml_par.contract import (FEATURES, FEATURE_PIPELINE_DIR, MANIFEST_CLASSES, MANIFEST_CLASS_COUNTS,
+                                  MANIFEST_CLASS_WARNINGS, MANIFEST_CREATED, MANIFEST_DATA_CONFIG,
+                                  MANIFEST_DUPLICATES, MANIFEST_FEATURE_COLUMN, MANIFEST_FEATURE_PIPELINE,
+                                  MANIFEST_FEATURE_SHAPE, MANIFEST_FINGERPRINT, MANIFEST_FORMAT_VERSION,
+                                  MANIFEST_INPUT_FINGERPRINT, MANIFEST_LABEL, MANIFEST_LABEL_SCALE,
+                                  MANIFEST_MAX_SHARDS, MANIFEST_NUM_CLASSES, MANIFEST_OWNER, MANIFEST_PROFILE,
+                                  MANIFEST_QUARANTINE, MANIFEST_RAW_COLUMNS, MANIFEST_RAW_TYPES, MANIFEST_ROWS_CLEAN,
+                                  MANIFEST_ROWS_IN, MANIFEST_SOURCE, MANIFEST_SPLITS, MANIFEST_SPLIT_KEY,
+                                  MANIFEST_TASK, PROFILE, QUARANTINE_DIR, REJECTED_SUFFIX, ROW_ID, SPLIT, SPLITS)
 from sparkml_par.errors import SparkmlParError
 
 log = logging.getLogger(__name__)
@@ -69,7 +76,7 @@ def _prepare(spark, cfg: DataConfig, owner: str | None) -> PrepareResult:
             fs.delete(staging)
         raise
     seconds = time.time() - start
-    log.info("published %s in %.1f s (%.0f input rows/s)", output, seconds, manifest["rows_in"] / max(seconds, 1e-9))
+    log.info("published %s in %.1f s (%.0f input rows/s)", output, seconds, manifest[MANIFEST_ROWS_IN] / max(seconds, 1e-9))
     return PrepareResult(manifest=manifest, output=output, skipped=False, seconds=seconds)
 
 
@@ -123,33 +130,33 @@ def _build(spark, cfg: DataConfig, ing: Ingested, fingerprint: str, staging: str
     finally:
         clean.unpersist()
     return {
-        "format_version": mf.FORMAT_VERSION,
-        "created": mf.now_iso(),
-        "fingerprint": fingerprint,
-        "input_fingerprint": ing.input_fingerprint,
-        "source": cfg.source,
-        "label_column": cfg.label,
-        "split_key": cfg.split.key,
+        MANIFEST_FORMAT_VERSION: mf.FORMAT_VERSION,
+        MANIFEST_CREATED: mf.now_iso(),
+        MANIFEST_FINGERPRINT: fingerprint,
+        MANIFEST_INPUT_FINGERPRINT: ing.input_fingerprint,
+        MANIFEST_SOURCE: cfg.source,
+        MANIFEST_LABEL: cfg.label,
+        MANIFEST_SPLIT_KEY: cfg.split.key,
         MANIFEST_LABEL_SCALE: label_scale,
-        "feature_column": FEATURES,
-                "task": cfg.task,
-        "num_classes": v.num_classes,
-        "classes": v.classes,
-        "class_counts": stats.get("label_distribution"),
-        "class_warnings": warnings,
-        "feature_shape": ing.feature_shape or [size],
-        "splits": splits,
-        "max_shards": cfg.max_shards,
-        "feature_pipeline": pipeline_path,
-        "raw_feature_columns": [s.name for s in v.features],
-        "raw_feature_types": {s.name: s.type for s in v.features},
+        MANIFEST_FEATURE_COLUMN: FEATURES,
+                MANIFEST_TASK: cfg.task,
+        MANIFEST_NUM_CLASSES: v.num_classes,
+        MANIFEST_CLASSES: v.classes,
+        MANIFEST_CLASS_COUNTS: stats.get("label_distribution"),
+        MANIFEST_CLASS_WARNINGS: warnings,
+        MANIFEST_FEATURE_SHAPE: ing.feature_shape or [size],
+        MANIFEST_SPLITS: splits,
+        MANIFEST_MAX_SHARDS: cfg.max_shards,
+        MANIFEST_FEATURE_PIPELINE: pipeline_path,
+        MANIFEST_RAW_COLUMNS: [s.name for s in v.features],
+        MANIFEST_RAW_TYPES: {s.name: s.type for s in v.features},
         # The data config with the feature columns as validated: scoring reads raw rows by the same rules.
-        "data_config": dataclasses.asdict(dataclasses.replace(cfg, features=v.features)),
-        "rows_in": v.rows_in,
-        "rows_clean": v.rows_clean,
-        "duplicates": duplicates,
-        "quarantine": {"path": QUARANTINE_DIR, "rows": v.rows_in - v.rows_clean, "reasons": v.reasons},
-        "profile": PROFILE,
+        MANIFEST_DATA_CONFIG: dataclasses.asdict(dataclasses.replace(cfg, features=v.features)),
+        MANIFEST_ROWS_IN: v.rows_in,
+        MANIFEST_ROWS_CLEAN: v.rows_clean,
+        MANIFEST_DUPLICATES: duplicates,
+        MANIFEST_QUARANTINE: {"path": QUARANTINE_DIR, "rows": v.rows_in - v.rows_clean, "reasons": v.reasons},
+        MANIFEST_PROFILE: PROFILE,
     }
 
 
@@ -209,15 +216,15 @@ def summary(result: PrepareResult) -> str:
     lines.append(f"  rows in       {m['rows_in']}")
     lines.append(f"  rows clean    {m['rows_clean']}")
     lines.append(f"  quarantined   {m['quarantine']['rows']}")
-    for reason, n in m["quarantine"]["reasons"].items():
+    for reason, n in m[MANIFEST_QUARANTINE]["reasons"].items():
         lines.append(f"    {reason:<28} {n}")
-    if m.get("task") == "classification":
-        counts = m.get("class_counts") or {}
-        names = m.get("classes")
+    if m.get(MANIFEST_TASK) == "classification":
+        counts = m.get(MANIFEST_CLASS_COUNTS) or {}
+        names = m.get(MANIFEST_CLASSES)
         lines.append(f"  classes       {m['num_classes']}: " + ", ".join(
             f"{names[int(k)] if names and int(k) < len(names) else k}={n}" for k, n in counts.items()))
-        lines += [f"  warning       {w}" for w in m.get("class_warnings", [])]
-    for name, split in m["splits"].items():
+        lines += [f"  warning       {w}" for w in m.get(MANIFEST_CLASS_WARNINGS, [])]
+    for name, split in m[MANIFEST_SPLITS].items():
         lines.append(f"  {name:<13} {split['rows']} rows in {split['row_groups']} row groups, "
                      f"{len(split['files'])} files")
     if not result.skipped:

@@ -18,7 +18,7 @@ from data_prep.ingest import Ingested, from_dataframe, ingest, parsing_whole_csv
 from data_prep.manifest import read_manifest
 from data_prep.validate import validate_for_scoring
 from sparkml_par.config import DataConfig, data_config_from_dict
-from sparkml_par.contract import MANIFEST, MANIFEST_CLASSES, MANIFEST_FEATURE_PIPELINE
+from sparkml_par.contract import MANIFEST, MANIFEST_CLASSES, MANIFEST_DATA_CONFIG, MANIFEST_FEATURE_PIPELINE
 from sparkml_par.errors import SparkmlParError
 from sparkml_par.storage import qualify_url
 
@@ -49,7 +49,7 @@ def dataset_manifest(spark, dataset_url: str) -> dict[str, Any]:
 
 def rules(manifest: dict[str, Any]) -> DataConfig:
     """The data config the dataset was prepared with, its feature columns as validated."""
-    return data_config_from_dict(manifest["data_config"])
+    return data_config_from_dict(manifest[MANIFEST_DATA_CONFIG])
 
 
 def read_raw(spark, path: str, source: str, manifest: dict[str, Any]) -> Ingested:

@@ -47,22 +47,33 @@ SCORE_METRICS = "_metrics.json"
 # Raw rows to score that the dataset's checks reject; `_` keeps Parquet readers of the predictions out of it.
 SCORE_QUARANTINE_DIR = "_quarantine"
 
-# Fields of `_manifest.json` that readers look up (the writer, data_prep.job, writes these and more).
-MANIFEST_LABEL = "label_column"
-MANIFEST_SPLIT_KEY = "split_key"
-# A regression label's mean and standard deviation over the train split.
-MANIFEST_LABEL_SCALE = "label_scale"
-MANIFEST_TASK = "task"
-MANIFEST_NUM_CLASSES = "num_classes"
-MANIFEST_CLASSES = "classes"
-MANIFEST_FEATURE_SHAPE = "feature_shape"
-MANIFEST_SPLITS = "splits"
-MANIFEST_FEATURE_PIPELINE = "feature_pipeline"
-MANIFEST_RAW_COLUMNS = "raw_feature_columns"
-MANIFEST_RAW_TYPES = "raw_feature_types"
-MANIFEST_IMPUTE = "impute"
-MANIFEST_SOURCE = "source"
-MANIFEST_READ_OPTIONS = "read_options"
-MANIFEST_FINGERPRINT = "fingerprint"
-# Who wrote the dataset and may replace it without data.mode=overwrite: a pipeline's run directory, or null.
+# Fields of `_manifest.json`: written by data_prep.job, read by every later stage.
+MANIFEST_FORMAT_VERSION = "format_version"  # the layout version of the dataset directory
+MANIFEST_CREATED = "created"  # when the dataset was published (UTC, ISO 8601)
+MANIFEST_FINGERPRINT = "fingerprint"  # hash of the data config and the input: equal fingerprints, equal datasets
+# hash of the input files' names, sizes and times (or of a built-in source's parameters)
+MANIFEST_INPUT_FINGERPRINT = "input_fingerprint"
+MANIFEST_SOURCE = "source"  # data.source it was read from
+MANIFEST_LABEL = "label_column"  # the user's label column, as named in the input and in every split
+MANIFEST_SPLIT_KEY = "split_key"  # data.split.key, kept as a column of every split (or null)
+MANIFEST_LABEL_SCALE = "label_scale"  # a regression label's train-split mean and standard deviation (or null)
+MANIFEST_FEATURE_COLUMN = "feature_column"  # the features column
+MANIFEST_TASK = "task"  # classification or regression
+MANIFEST_NUM_CLASSES = "num_classes"  # classes of a classification label (0 for regression)
+MANIFEST_CLASSES = "classes"  # names of the classes 0..K-1 when labels were text or image folders, else null
+MANIFEST_CLASS_COUNTS = "class_counts"  # clean rows per class id
+MANIFEST_CLASS_WARNINGS = "class_warnings"  # class ids without rows and rare classes, as the summary says them
+MANIFEST_FEATURE_SHAPE = "feature_shape"  # the model's input shape ([C, H, W] for images)
+MANIFEST_SPLITS = "splits"  # split name -> path, rows, row groups and rows per file
+MANIFEST_MAX_SHARDS = "max_shards"  # data.max_shards the row groups were laid out for
+MANIFEST_FEATURE_PIPELINE = "feature_pipeline"  # path of the fitted Spark ML pipeline inside the dataset (or null)
+MANIFEST_RAW_COLUMNS = "raw_feature_columns"  # the raw columns the features are built from
+MANIFEST_RAW_TYPES = "raw_feature_types"  # their validated types
+MANIFEST_DATA_CONFIG = "data_config"  # the data config as validated: scoring reads raw rows by these rules
+MANIFEST_ROWS_IN = "rows_in"  # input rows
+MANIFEST_ROWS_CLEAN = "rows_clean"  # rows that passed validation
+MANIFEST_DUPLICATES = "duplicates"  # clean rows repeating an earlier row
+MANIFEST_QUARANTINE = "quarantine"  # path, rows and rows per reason of the quarantine dataset
+MANIFEST_PROFILE = "profile"  # path of profile.json
+# who may replace the dataset without data.mode=overwrite: a pipeline's run directory, or null
 MANIFEST_OWNER = "owner"

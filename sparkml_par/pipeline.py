@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from sparkml_par.config import Config, load_config
-from sparkml_par.contract import CONFIG_COPY, MODEL_DIR, SCORE_METRICS, WEIGHTS
+from sparkml_par.contract import (CONFIG_COPY, MANIFEST_FINGERPRINT, MANIFEST_QUARANTINE, MANIFEST_ROWS_CLEAN,
+                                  MODEL_DIR, SCORE_METRICS, WEIGHTS)
 from sparkml_par.progress import spark_progress
 from sparkml_par.session import spark_session
 
@@ -109,8 +110,8 @@ def run_pipeline(spark, cfg: Config) -> dict[str, StageRecord]:
     def do_prepare(_same: bool):
         result = prepare(spark, cfg.data, owner=str(run_dir))
         m = result.manifest
-        return result.output, {"fingerprint": m["fingerprint"], "rows_clean": m["rows_clean"],
-                               "quarantined": m["quarantine"]["rows"], "skipped": result.skipped}
+        return result.output, {"fingerprint": m[MANIFEST_FINGERPRINT], "rows_clean": m[MANIFEST_ROWS_CLEAN],
+                               "quarantined": m[MANIFEST_QUARANTINE]["rows"], "skipped": result.skipped}
 
     # prepare is a no-op inside data_prep when its input and config are unchanged, so it always runs.
     data = stage(1, "prepare", fingerprint(dataclasses.asdict(cfg.data)), lambda: False, do_prepare)

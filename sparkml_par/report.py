@@ -20,8 +20,12 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from sparkml_par.config import Config
-from sparkml_par.contract import (MANIFEST, MODEL_DESCRIPTION, MODEL_DIR, MODEL_METRICS, PREDICTION, PROFILE,
-                                  SCORE_METRICS, TRAIN_METRICS)
+from sparkml_par.contract import (MANIFEST, MANIFEST_CLASSES, MANIFEST_CLASS_COUNTS, MANIFEST_CLASS_WARNINGS,
+                                  MANIFEST_CREATED, MANIFEST_DUPLICATES, MANIFEST_FEATURE_SHAPE,
+                                  MANIFEST_NUM_CLASSES, MANIFEST_PROFILE, MANIFEST_QUARANTINE, MANIFEST_ROWS_CLEAN,
+                                  MANIFEST_ROWS_IN, MANIFEST_SOURCE, MANIFEST_SPLITS, MANIFEST_TASK,
+                                  MODEL_DESCRIPTION, MODEL_DIR, MODEL_METRICS, PREDICTION, PROFILE, SCORE_METRICS,
+                                  TRAIN_METRICS)
 
 log = logging.getLogger("sparkml_par.report")
 
@@ -155,27 +159,27 @@ def _data_section(cfg: Config) -> Section:
     manifest = _read_json(_under(cfg.data.output, MANIFEST))
     if manifest is None:
         return Section("data", "Data", _p(_absent(cfg.data.output, "dataset (_manifest.json)")), ran=False)
-    quarantine = manifest.get("quarantine", {})
-    facts = [("dataset", cfg.data.output), ("source", manifest.get("source")), ("task", manifest.get("task")),
-             ("classes", manifest.get("num_classes")), ("feature shape", manifest.get("feature_shape")),
-             ("rows in", manifest.get("rows_in")), ("rows clean", manifest.get("rows_clean")),
-             ("rows quarantined", quarantine.get("rows")), ("duplicates", manifest.get("duplicates")),
-             ("created", manifest.get("created"))]
+    quarantine = manifest.get(MANIFEST_QUARANTINE, {})
+    facts = [("dataset", cfg.data.output), ("source", manifest.get(MANIFEST_SOURCE)), ("task", manifest.get(MANIFEST_TASK)),
+             ("classes", manifest.get(MANIFEST_NUM_CLASSES)), ("feature shape", manifest.get(MANIFEST_FEATURE_SHAPE)),
+             ("rows in", manifest.get(MANIFEST_ROWS_IN)), ("rows clean", manifest.get(MANIFEST_ROWS_CLEAN)),
+             ("rows quarantined", quarantine.get("rows")), ("duplicates", manifest.get(MANIFEST_DUPLICATES)),
+             ("created", manifest.get(MANIFEST_CREATED))]
     parts = [_table(["", "value"], facts)]
-    names = manifest.get("classes")
-    counts = manifest.get("class_counts") or {}
+    names = manifest.get(MANIFEST_CLASSES)
+    counts = manifest.get(MANIFEST_CLASS_COUNTS) or {}
     if counts:
         parts.append("<h3>Classes</h3>" + _table(["class id", "label", "rows"], [
             (k, names[int(k)] if names and int(k) < len(names) else k, n) for k, n in counts.items()]))
-    parts += [_p(f"warning: {w}") for w in manifest.get("class_warnings") or []]
-    splits = manifest.get("splits", {})
+    parts += [_p(f"warning: {w}") for w in manifest.get(MANIFEST_CLASS_WARNINGS) or []]
+    splits = manifest.get(MANIFEST_SPLITS, {})
     parts.append("<h3>Splits</h3>" + _table(["split", "rows", "row groups"],
                                             [(n, s.get("rows"), s.get("row_groups")) for n, s in splits.items()]))
     reasons = quarantine.get("reasons") or {}
     parts.append("<h3>Quarantine</h3>" + (
         _table(["reason", "rows"], sorted(reasons.items(), key=lambda kv: -kv[1])) if reasons
         else _p(f"no rows quarantined ({quarantine.get('rows', 0)} rows)")))
-    profile = _read_json(_under(cfg.data.output, manifest.get("profile") or PROFILE))
+    profile = _read_json(_under(cfg.data.output, manifest.get(MANIFEST_PROFILE) or PROFILE))
     parts.append("<h3>Profile</h3>" + (_profile_html(profile) if profile else _p(f"{NOT_RUN}: no {PROFILE}")))
     return Section("data", "Data", "\n".join(parts))
 

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparkml_par.contract import FEATURES
+from sparkml_par.contract import FEATURES, MANIFEST_SPLITS
 from sparkml_par.errors import SparkmlParError
 from sparkml_par.infer.predictor import input_size
 
@@ -62,7 +62,7 @@ def scoring_input(spark, df_or_path, description: dict[str, Any], source: str | 
                               f"CSV, JSON lines or image files")
     manifest = read_manifest(spark, url)
     if manifest is not None:
-        split = manifest["splits"].get(DEFAULT_SPLIT)
+        split = manifest[MANIFEST_SPLITS].get(DEFAULT_SPLIT)
         if split is None:
             raise SparkmlParError(f"dataset {path!r} has no {DEFAULT_SPLIT!r} split (its splits are "
                                   f"{', '.join(manifest['splits'])}); set score.input to {path}/<split>")

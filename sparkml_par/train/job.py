@@ -14,7 +14,9 @@ from typing import Any
 
 from sparkml_par import launch
 from sparkml_par.config import Config
-from sparkml_par.contract import MANIFEST_LABEL, MANIFEST_LABEL_SCALE
+from sparkml_par.contract import (MANIFEST_CLASSES, MANIFEST_FEATURE_PIPELINE, MANIFEST_FEATURE_SHAPE,
+                                  MANIFEST_FINGERPRINT, MANIFEST_LABEL, MANIFEST_LABEL_SCALE, MANIFEST_NUM_CLASSES,
+                                  MANIFEST_RAW_COLUMNS, MANIFEST_RAW_TYPES, MANIFEST_SPLITS, MANIFEST_TASK)
 from sparkml_par.errors import SparkmlParError
 from sparkml_par.launch.slots import check_barrier_launch
 from sparkml_par.models.registry import build_from_spec, model_spec
@@ -43,7 +45,7 @@ def local_path(url: str) -> str:
 
 
 def build_train_job(manifest: dict[str, Any], dataset_url: str, cfg: Config, num_proc: int) -> TrainJob:
-    splits = manifest["splits"]
+    splits = manifest[MANIFEST_SPLITS]
     train_groups = splits["train"]["row_groups"]
     if num_proc > train_groups:
         raise SparkmlParError(
@@ -54,10 +56,10 @@ def build_train_job(manifest: dict[str, Any], dataset_url: str, cfg: Config, num
     if cfg.train.batch_size < num_proc:
         raise SparkmlParError(f"train.batch_size={cfg.train.batch_size} is smaller than train.num_proc={num_proc}; "
                               f"every rank needs at least one row per batch")
-    task = manifest["task"]
-    outputs = manifest["num_classes"] if task == "classification" else 1
+    task = manifest[MANIFEST_TASK]
+    outputs = manifest[MANIFEST_NUM_CLASSES] if task == "classification" else 1
     scale = manifest.get(MANIFEST_LABEL_SCALE)
-    spec = model_spec(cfg.train.model, cfg.train.model_args, tuple(manifest["feature_shape"]), outputs,
+    spec = model_spec(cfg.train.model, cfg.train.model_args, tuple(manifest[MANIFEST_FEATURE_SHAPE]), outputs,
                       target_scale=(scale["mean"], scale["std"]) if task == "regression" and scale else None)
     build_from_spec(spec)  # a wrong model name or argument fails here, on the driver, not in every rank
     root = dataset_url.rstrip("/")
@@ -68,15 +70,15 @@ def build_train_job(manifest: dict[str, Any], dataset_url: str, cfg: Config, num
         split_rows={name: split["rows"] for name, split in splits.items()},
         task=task,
         model_spec=spec,
-        fingerprint=checkpoint_fingerprint(spec, cfg.train, manifest["fingerprint"]),
+        fingerprint=checkpoint_fingerprint(spec, cfg.train, manifest[MANIFEST_FINGERPRINT]),
         output=local_path(cfg.train.output),
         description={
-            "spec": spec, "task": task, "num_classes": manifest["num_classes"],
-            "classes": manifest.get("classes"), "feature_shape": manifest["feature_shape"],
-            "dataset": root, "dataset_fingerprint": manifest["fingerprint"],
-            "feature_pipeline": manifest.get("feature_pipeline"),
-            "raw_feature_columns": manifest.get("raw_feature_columns", []),
-            "raw_feature_types": manifest.get("raw_feature_types", {}),
+            "spec": spec, "task": task, "num_classes": manifest[MANIFEST_NUM_CLASSES],
+            "classes": manifest.get(MANIFEST_CLASSES), "feature_shape": manifest[MANIFEST_FEATURE_SHAPE],
+            "dataset": root, "dataset_fingerprint": manifest[MANIFEST_FINGERPRINT],
+            "feature_pipeline": manifest.get(MANIFEST_FEATURE_PIPELINE),
+            "raw_feature_columns": manifest.get(MANIFEST_RAW_COLUMNS, []),
+            "raw_feature_types": manifest.get(MANIFEST_RAW_TYPES, {}),
             "label_column": manifest[MANIFEST_LABEL],
         },
         config_yaml=cfg.to_yaml(),

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkml_par.config import Config
+from sparkml_par.contract import MANIFEST_TASK
 from sparkml_par.errors import SparkmlParError
 from sparkml_par.tune import report
 from sparkml_par.tune.scheduler import run_search
@@ -59,7 +60,7 @@ def tune(spark, cfg: Config) -> TuneResult:
     if manifest is None:
         raise SparkmlParError(f"no dataset at data.output={cfg.data.output!r} (no _manifest.json); "
                               f"run `sparkml-par prepare` with the same config first")
-    check_metric(cfg.tune.metric, manifest["task"])
+    check_metric(cfg.tune.metric, manifest[MANIFEST_TASK])
     _warn_if_parallelism_exceeds_slots(spark, cfg.tune.parallelism)
 
     out = output_dir(cfg.tune.output)
