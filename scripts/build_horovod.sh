@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
 # Builds Horovod from its PyPI sdist against the torch in the given venv and installs it.
 #
-# Horovod 0.28.1 sets CMAKE_CXX_STANDARD 14, but PyTorch >= 2.1 headers need C++17, so both
-# CMakeLists.txt files are patched. The wheel is cached by Horovod, torch and Python versions
-# (a build takes minutes on two cores); a second run installs the cached wheel.
+# Two patches of Horovod 0.28.1's sources, each checked to have applied:
+# - CMAKE_CXX_STANDARD 14 -> 17 in both CMakeLists.txt files: PyTorch >= 2.1 headers need C++17.
+# - GlooContext::InitializeForProcessSet builds its device with the interface of its own, never set,
+#   gloo_iface_ instead of the global context's: with HOROVOD_GLOO_IFACE set it then falls back to the
+#   hostname, which on many hosts (Debian/Ubuntu defaults, cloud images, containers) resolves to
+#   127.0.0.1, and every multi-host launch aborts connecting to [127.0.0.1]:port. The patch hands the
+#   global context's interface to the process-set context, as the global, local and cross contexts get it.
+# PATCH_LEVEL names this set of patches: it is part of the wheel cache's name and is written beside the
+# installed package, so a build without the current patches is rebuilt. The wheel is cached by Horovod,
+# torch and Python versions (a build takes minutes on two cores); a second run installs the cached wheel.
 #
 # Usage: scripts/build_horovod.sh [PYTHON]   (default: .venv/bin/python)
 set -euo pipefail
@@ -11,6 +18,7 @@ set -euo pipefail
 PYTHON=${1:-.venv/bin/python}
 HOROVOD_VERSION=$(sed -n 's/^horovod==//p' "$(dirname "$0")/../constraints.txt")
 CACHE_ROOT=${SPARKML_PAR_WHEEL_CACHE:-$HOME/.cache/sparkml_par/wheels}
+PATCH_LEVEL=2
 
 die() { echo "build_horovod: $*" >&2; exit 1; }
 
@@ -22,16 +30,18 @@ TORCH_VERSION=$("$PYTHON" -c 'import torch; print(torch.__version__)' 2>/dev/nul
 PY_TAG=$("$PYTHON" -c 'import sys; print(f"py{sys.version_info[0]}{sys.version_info[1]}")')
 HAS_CUDA=$("$PYTHON" -c 'import torch; print(int(torch.version.cuda is not None and torch.cuda.is_available()))')
 
-if "$PYTHON" - "$HOROVOD_VERSION" <<'PY' 2>/dev/null
-import sys, horovod, horovod.torch as hvd
-sys.exit(0 if horovod.__version__ == sys.argv[1] and hvd.gloo_built() else 1)
+if "$PYTHON" - "$HOROVOD_VERSION" "$PATCH_LEVEL" <<'PY' 2>/dev/null
+import os, sys, horovod, horovod.torch as hvd
+marker = os.path.join(os.path.dirname(horovod.__file__), "sparkml_par_patch_level")
+level = open(marker).read().strip() if os.path.exists(marker) else ""
+sys.exit(0 if horovod.__version__ == sys.argv[1] and hvd.gloo_built() and level == sys.argv[2] else 1)
 PY
 then
-  echo "build_horovod: horovod $HOROVOD_VERSION with Gloo and PyTorch is already installed"
+  echo "build_horovod: horovod $HOROVOD_VERSION (patch level $PATCH_LEVEL) with Gloo and PyTorch is already installed"
   exit 0
 fi
 
-CACHE_DIR="$CACHE_ROOT/horovod-$HOROVOD_VERSION-torch$TORCH_VERSION-$PY_TAG"
+CACHE_DIR="$CACHE_ROOT/horovod-$HOROVOD_VERSION-patch$PATCH_LEVEL-torch$TORCH_VERSION-$PY_TAG"
 WHEEL=$(ls "$CACHE_DIR"/horovod-*.whl 2>/dev/null | head -n 1 || true)
 if [ -z "$WHEEL" ]; then
   echo "build_horovod: building horovod $HOROVOD_VERSION for torch $TORCH_VERSION ($PY_TAG); this takes a few minutes"
@@ -44,6 +54,18 @@ if [ -z "$WHEEL" ]; then
   sed -i 's/CMAKE_CXX_STANDARD 14/CMAKE_CXX_STANDARD 17/' "$SRC/CMakeLists.txt" "$SRC/horovod/torch/CMakeLists.txt"
   grep -q 'CMAKE_CXX_STANDARD 17' "$SRC/horovod/torch/CMakeLists.txt" \
     || die "the C++17 patch did not apply: horovod/torch/CMakeLists.txt changed upstream"
+  "$PYTHON" - "$SRC/horovod/common/gloo/gloo_context.cc" <<'PY' \
+    || die "the process-set interface patch did not apply: horovod/common/gloo/gloo_context.cc changed upstream"
+import sys
+path = sys.argv[1]
+source = open(path).read()
+unpatched = ("  attr device_attr;\n  device_attr.iface = gloo_iface_;\n  device_attr.ai_family = AF_UNSPEC;\n"
+             "  auto dev = CreateDevice(device_attr);\n\n  global_ctx = global_context.ctx;\n")
+if source.count(unpatched) != 1:
+    sys.exit(1)
+patched = unpatched.replace("  attr device_attr;\n", "  gloo_iface_ = global_context.gloo_iface_;\n  attr device_attr;\n")
+open(path, "w").write(source.replace(unpatched, patched))
+PY
   export HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
          HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1
   if [ "$HAS_CUDA" = 1 ]; then
@@ -61,7 +83,8 @@ if [ -z "$WHEEL" ]; then
 else
   echo "build_horovod: reusing cached wheel $WHEEL"
 fi
-"$PYTHON" -m pip install --quiet --no-deps "$WHEEL"
+"$PYTHON" -m pip install --quiet --no-deps --force-reinstall "$WHEEL"
+"$PYTHON" -c 'import horovod, os, sys; open(os.path.join(os.path.dirname(horovod.__file__), "sparkml_par_patch_level"), "w").write(sys.argv[1])' "$PATCH_LEVEL"
 "$PYTHON" -m pip install --quiet -c "$(dirname "$0")/../constraints.txt" cloudpickle psutil pyyaml packaging
 "$PYTHON" -c 'import horovod.torch as hvd; assert hvd.gloo_built(), "horovod was built without Gloo"'
 echo "build_horovod: installed $(basename "$WHEEL")"

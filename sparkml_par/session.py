@@ -27,14 +27,13 @@ def is_local_master(master: str) -> bool:
 
 def session_settings(cfg: SparkConfig) -> dict[str, str]:
     """Every setting the builder applies: ours first, then the user's spark.* settings win."""
-    settings = {"spark.app.name": cfg.app_name, "spark.master": cfg.master}
+    # The project logs stage, epoch and throughput itself; Spark's bar would break those lines on any master.
+    settings = {"spark.app.name": cfg.app_name, "spark.master": cfg.master, "spark.ui.showConsoleProgress": "false"}
     if is_local_master(cfg.master):
         settings.update({
             "spark.driver.host": LOOPBACK,
             "spark.driver.bindAddress": LOOPBACK,
             "spark.ui.enabled": "false",
-            # The project logs stage, epoch and throughput itself; Spark's bar would overwrite those lines.
-            "spark.ui.showConsoleProgress": "false",
             "spark.sql.shuffle.partitions": "8",
             # Executors of the embedded default run the driver's interpreter (the project's venv).
             "spark.pyspark.python": sys.executable,

@@ -18,7 +18,7 @@ from sparkml_par.launch.barrier import BarrierJob
 from sparkml_par.launch.channel import DriverChannel
 from sparkml_par.launch.local import LOOPBACK, LocalJob
 from sparkml_par.launch.rank import RankSpec, current_rank
-from sparkml_par.launch.slots import check_barrier_launch
+from sparkml_par.launch.slots import check_barrier_launch, concurrent_task_slots
 from sparkml_par.launch.supervisor import LaunchError, supervise
 
 __all__ = ["run", "current_rank", "LaunchError"]
@@ -61,7 +61,8 @@ def run(fn: Callable[..., Any], *args: Any, num_proc: int = 0, use_gpu: bool = F
         spec = _spec(fn, args, kwargs, env, channel, timeout, use_gpu)
         what = f"barrier stage of {num_proc} ranks"
         job = BarrierJob(sc, spec, num_proc, f"sparkml_par: {getattr(fn, '__name__', 'fn')} on {num_proc} ranks")
-        return supervise(job, channel, num_proc, timeout, rendezvous_timeout, what, progress_timeout, attempts)
+        return supervise(job, channel, num_proc, timeout, rendezvous_timeout, what, progress_timeout, attempts,
+                         capacity=lambda: concurrent_task_slots(sc))
 
 
 def _spec(fn, args, kwargs, env, channel: DriverChannel, timeout: float, use_gpu: bool) -> RankSpec:

@@ -15,7 +15,7 @@ import threading
 import uuid
 from typing import Any
 
-from sparkml_par.launch.horovod_backend import interface_for, resolve_ip
+from sparkml_par.launch.horovod_backend import resolve_ip
 from sparkml_par.launch.rank import RankSpec, run_rank
 from sparkml_par.launch.rank_plan import build_rank_plan
 
@@ -32,7 +32,7 @@ def barrier_task(spec: RankSpec):
         me = ctx.partitionId()
         resources = ctx.resources()
         gpus = tuple(resources["gpu"].addresses) if spec.use_gpu and "gpu" in resources else ()
-        yield plan[me].rank, run_rank(spec, plan, me, ips[me], interface_for(ips[me]), gpus, ctx.taskAttemptId())
+        yield plan[me].rank, run_rank(spec, plan, me, ips[me], gpus, ctx.taskAttemptId())
 
     return task
 

@@ -44,6 +44,8 @@ class RankStatus:
     last_progress: dict[int, dict[str, Any]] = field(default_factory=dict)
     # Ranks whose connection closed without "finished" or "failed": their process died.
     lost: dict[int, float] = field(default_factory=dict)
+    # The last lines each rank's process wrote to its native stderr (see native_stderr), once it ended.
+    stderr_tails: dict[int, list[str]] = field(default_factory=dict)
     attempt: int = 1
     since: float = field(default_factory=time.monotonic)
 
@@ -78,6 +80,8 @@ class DriverChannel:
         self._handlers: list[threading.Thread] = []
         self._rendezvous_address: list | None = None
         self._rendezvous_known = threading.Event()
+        # The failed attempt's stderr tails, also those that arrive after the next attempt started.
+        self.previous_stderr_tails: dict[int, list[str]] = {}
         self._server = _Server((host, 0), _handler_for(self))
         self.address = self._server.server_address[:2]
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02},
@@ -114,6 +118,7 @@ class DriverChannel:
         if (self.status.failed and self.status.retryable() and self.status.attempt < self._attempts
                 and task_id > self._attempt_max_task_id):
             self._stale_below = self._attempt_max_task_id + 1
+            self.previous_stderr_tails = dict(self.status.stderr_tails)
             self.status = RankStatus(attempt=self.status.attempt + 1)
             self._attempt_max_task_id = -1
             self._rendezvous_address = None
@@ -126,6 +131,10 @@ class DriverChannel:
         with self._lock:
             if kind == "started":
                 self._start_next_attempt(task_id)
+            if kind == "stderr_tail":
+                tails = self.previous_stderr_tails if task_id < self._stale_below else self.status.stderr_tails
+                tails[rank] = list(message.get("lines", []))
+                return
             if task_id < self._stale_below:
                 return
             self.status.last_seen[rank] = now
@@ -164,7 +173,7 @@ def _handler_for(channel: DriverChannel):
             first = self.rfile.readline(256).decode("ascii", "replace").strip()
             if not hmac.compare_digest(first, channel.token):
                 return
-            rank, task_id = -1, 0
+            rank, task_id, started = -1, 0, False
             for raw in self.rfile:
                 try:
                     message = json.loads(raw)
@@ -172,13 +181,15 @@ def _handler_for(channel: DriverChannel):
                     continue
                 rank = int(message.get("rank", rank))
                 task_id = int(message.get("task_id", task_id))
+                started = started or message.get("type") == "started"
                 if message.get("type") == "await_rendezvous":
                     address = channel._wait_for_rendezvous(float(message.get("timeout", 60)), task_id)
                     self.wfile.write(json.dumps({"address": address}).encode() + b"\n")
                     self.wfile.flush()
                 else:
                     channel._receive(message, task_id)
-            channel._closed(rank, task_id)
+            if started:  # a rank's own connection; the stderr forwarder's closing says nothing
+                channel._closed(rank, task_id)
     return Handler
 
 

@@ -1,8 +1,8 @@
 """The launcher's only contact with Horovod: the Gloo rendezvous server and process-set start-up.
 
 Horovod's own `RendezvousServer.start()` binds every interface; here the same HTTP rendezvous
-server is bound to the rank-0 task's address only, on a port the kernel picks, and stopped as soon as
-every rank has joined.
+server is bound to the rank-0 task's address only, on a port the kernel picks, and stopped when rank 0's
+function returns (Horovod goes back to it for `hvd.init()` after `hvd.shutdown()` and for process sets).
 """
 
 from __future__ import annotations
@@ -56,10 +56,12 @@ def interface_for(ip: str) -> str:
     for name, addresses in psutil.net_if_addrs().items():
         if any(a.family == socket.AF_INET and a.address == ip for a in addresses):
             return name
+    held = sorted(f"{name} {a.address}" for name, addresses in psutil.net_if_addrs().items()
+                  for a in addresses if a.family == socket.AF_INET)
     raise SparkmlParError(
-        f"no network interface on {socket.gethostname()} holds the task address {ip}; "
-        f"set SPARK_LOCAL_IP on the executors to an address of this machine"
-    )
+        f"no network interface on {socket.gethostname()} holds the task address {ip} that Spark gave the other "
+        f"ranks (this host has {', '.join(held)}); Gloo could not reach this rank. Set SPARK_LOCAL_IP on this "
+        f"host's worker to one of its own addresses that the other hosts reach")
 
 
 def gloo_env(slot: RankSlot, rendezvous: tuple[str, int], iface: str, timeout: float) -> dict[str, str]:
@@ -85,7 +87,7 @@ def init_horovod(slot: RankSlot) -> None:
     if got != want:
         raise SparkmlParError(f"Horovod started as (rank, size, local_rank, local_size, cross_rank, cross_size)"
                               f"={got}, but the launch planned {want}; check HOROVOD_* variables in env=")
-    # Once this returns on rank 0, every rank has joined the collective: the rendezvous is no longer needed.
+    # Once this returns, every rank has joined the collective.
     hvd.allreduce(torch.zeros(1), name="sparkml_par.joined")
 
 

@@ -13,7 +13,6 @@ from typing import Any
 
 import cloudpickle
 
-from sparkml_par.launch.horovod_backend import interface_for
 from sparkml_par.launch.rank import RankSpec, run_rank
 from sparkml_par.launch.rank_plan import RankSlot, build_rank_plan
 
@@ -24,7 +23,7 @@ def _rank_main(spec_bytes: bytes, plan: list[RankSlot], task: int, results) -> N
     spec: RankSpec = cloudpickle.loads(spec_bytes)
     rank = plan[task].rank
     try:
-        value = run_rank(spec, plan, task, LOOPBACK, interface_for(LOOPBACK))
+        value = run_rank(spec, plan, task, LOOPBACK)
     except Exception as exc:
         results.put((rank, False, str(exc)))
         raise SystemExit(1) from None

@@ -18,6 +18,7 @@ from typing import Any, Callable
 from sparkml_par import faults
 from sparkml_par.launch import horovod_backend
 from sparkml_par.launch.channel import ForwardingStream, RankChannel
+from sparkml_par.launch.native_stderr import NativeStderr
 from sparkml_par.launch.rank_plan import RankSlot
 
 FAILURE_MARKER = "SPARKML_PAR_RANK_FAILURE"
@@ -73,20 +74,25 @@ def current_rank() -> RankContext | None:
     return _current
 
 
-def run_rank(spec: RankSpec, plan: list[RankSlot], task: int, own_ip: str, iface: str,
-             gpu_addresses: tuple[str, ...] = (), task_id: int = 0) -> Any:
+def run_rank(spec: RankSpec, plan: list[RankSlot], task: int, own_ip: str, gpu_addresses: tuple[str, ...] = (),
+             task_id: int = 0) -> Any:
     """Runs spec.fn as the rank that `plan` gives task number `task`; rank 0 hosts the rendezvous.
 
-    task_id is Spark's task attempt id: it tells the driver which stage attempt this rank belongs to."""
+    The rendezvous stays up until rank 0's function returns, so Horovod's own API works inside it
+    (`hvd.shutdown()` and `hvd.init()` again, `hvd.add_process_set`). task_id is Spark's task attempt id:
+    it tells the driver which stage attempt this rank belongs to."""
     global _current
     slot = plan[task]
     channel = RankChannel(spec.channel_address, spec.token, slot.rank)
     channel.send("started", host=slot.host, task=slot.task, pid=os.getpid(), task_id=task_id)
+    native_stderr = NativeStderr(spec.channel_address, spec.token, slot.rank, task_id)
     saved_env = dict(os.environ)
     saved_streams = sys.stdout, sys.stderr
     initialized = False
     rendezvous = None
     try:
+        # Gloo connects over this interface: it must hold the address the other ranks know this task by.
+        iface = horovod_backend.interface_for(own_ip)
         if slot.rank == 0:
             rendezvous = horovod_backend.Rendezvous(own_ip, plan)
             channel.send("rendezvous", address=rendezvous.address)
@@ -104,8 +110,6 @@ def run_rank(spec: RankSpec, plan: list[RankSlot], task: int, own_ip: str, iface
         channel.send("joining")
         horovod_backend.init_horovod(slot)
         initialized = True
-        if rendezvous is not None:
-            rendezvous.stop()
         channel.send("initialized")
         _current = RankContext(slot, channel, tuple(gpu_addresses))
         result = spec.fn(*spec.args, **spec.kwargs)
@@ -125,6 +129,7 @@ def run_rank(spec: RankSpec, plan: list[RankSlot], task: int, own_ip: str, iface
         sys.stdout, sys.stderr = saved_streams
         os.environ.clear()
         os.environ.update(saved_env)
+        native_stderr.restore()
         channel.close()
 
 

@@ -47,7 +47,7 @@ def describe_slots(sc, slots: int) -> str:
     elif match := _LOCAL_CLUSTER.match(master):
         text = f"{master}: {match.group(1)} executors × {match.group(2)} cores / spark.task.cpus={task_cpus}"
     else:
-        executors = len(sc._jsc.sc().getExecutorIds())
+        executors = sc._jsc.sc().getExecutorIds().size()  # a Scala Seq
         text = (f"{executors} executors × spark.executor.cores={conf.get('spark.executor.cores', '?')}"
                 f" / spark.task.cpus={task_cpus}")
     gpu_task = conf.get("spark.task.resource.gpu.amount", None)

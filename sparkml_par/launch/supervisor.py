@@ -13,15 +13,22 @@ import json
 import logging
 import re
 import time
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from sparkml_par.errors import SparkmlParError
-from sparkml_par.launch.channel import DriverChannel, RankStatus
+from sparkml_par.launch.channel import PEER_LOST_ERRORS, DriverChannel, RankStatus
 from sparkml_par.launch.rank import FAILURE_MARKER
 
 log = logging.getLogger("sparkml_par.launch")
 
 _FAILURE_PATTERN = re.compile(re.escape(FAILURE_MARKER) + r"(\{.*?\})" + re.escape(FAILURE_MARKER), re.S)
+# Seconds to wait for a dead rank's stderr tail before deciding on the failure, and lines of it shown;
+# seconds after a rank died to keep asking whether the cluster still holds every rank.
+_TAIL_WAIT = 3.0
+_CAPACITY_WAIT = 15.0
+_TAIL_SHOWN = 12
+# A native error line: "terminate called after throwing ...", "what(): ...", "... Exception ...", "Error: ...".
+_ERROR_LINE = re.compile(r"error|exception|terminate called|what\(\)|abort|fatal", re.I)
 
 
 class LaunchError(SparkmlParError):
@@ -40,30 +47,43 @@ class Job(Protocol):
 
 
 def supervise(job: Job, channel: DriverChannel, num_proc: int, timeout: float, rendezvous_timeout: float,
-              what: str, progress_timeout: float = 0.0, attempts: int = 1) -> list[Any]:
+              what: str, progress_timeout: float = 0.0, attempts: int = 1,
+              capacity: Callable[[], int] | None = None) -> list[Any]:
     """Waits for the job; progress_timeout > 0 fails it when an initialized rank sends nothing for that long.
 
     attempts is how many times Spark runs the stage (spark.stage.maxConsecutiveAttempts for a barrier
-    stage); rendezvous and progress timeouts apply to each attempt from its own start.
+    stage); rendezvous and progress timeouts apply to each attempt from its own start. capacity() is the
+    cluster's task slots now: when a rank died with its host, a rerun that no longer fits fails at once
+    instead of waiting for slots that are gone.
     """
     submitted = time.monotonic()
     logged: set[tuple[str, int]] = set()
+    failed_since: dict[int, float] = {}
     try:
         while not job.wait(0.2):
             status = channel.status
             now = time.monotonic()
             if status.failed:
-                if status.retryable() and status.attempt < attempts:
-                    if ("retry", status.attempt) not in logged:
-                        log.warning("%s, attempt %d of %d: %s; Spark reruns the stage", what, status.attempt,
-                                    attempts, str(_failure_error(status)).splitlines()[0])
-                        logged.add(("retry", status.attempt))
+                retrying = status.retryable() and status.attempt < attempts
+                if retrying and ("retry", status.attempt) not in logged:
+                    log.warning("%s, attempt %d of %d: %s; Spark reruns the stage", what, status.attempt,
+                                attempts, str(_failure_error(status)).splitlines()[0])
+                    logged.add(("retry", status.attempt))
+                # A rank that died sends its last stderr lines from a child process: give them a moment.
+                first_seen = failed_since.setdefault(status.attempt, now)
+                if any(rank not in status.stderr_tails for rank in status.lost) and now - first_seen < _TAIL_WAIT:
+                    continue
+                repeated = _repeated_native_error(status, channel.previous_stderr_tails)
+                shrunk = _shrunk_capacity(status, capacity, num_proc, now - first_seen) if retrying else None
+                if retrying and not repeated and shrunk is None:
                     continue
                 job.cancel()
                 job.wait(10)
-                raise _failure_error(status, attempts)
+                raise _failure_error(status, attempts, repeated, shrunk)
             if ("initialized", status.attempt) not in logged and len(status.initialized) == num_proc:
-                log.info("%s: %d ranks initialized in %.2f s", what, num_proc, now - status.since)
+                hosts = sorted(set(status.hosts.values()))
+                log.info("%s: %d ranks initialized in %.2f s, ranks on %d host%s (%s)", what, num_proc,
+                         now - status.since, len(hosts), "" if len(hosts) == 1 else "s", ", ".join(hosts))
                 logged.add(("initialized", status.attempt))
             if len(status.initialized) < num_proc and now - status.since > rendezvous_timeout:
                 job.cancel()
@@ -110,11 +130,46 @@ def _rendezvous_timeout_message(what: str, status: RankStatus, num_proc: int, re
             f"or raise the rendezvous timeout if executors are slow to start")
 
 
-def _failure_error(status: RankStatus, attempts: int = 1) -> LaunchError:
+def _native_error(lines: list[str] | None) -> str | None:
+    """The line of a dead rank's stderr that says what went wrong: its last line naming an error."""
+    for line in reversed(lines or []):
+        if _ERROR_LINE.search(line):
+            return line.strip()
+    return None
+
+
+def _repeated_native_error(status: RankStatus, previous_tails: dict[int, list[str]]) -> str | None:
+    """The error line a rank that died in this attempt also died with in the attempt before: a new
+    attempt would only repeat it."""
+    if status.attempt < 2:
+        return None
+    for rank in status.lost:
+        line = _native_error(status.stderr_tails.get(rank))
+        if line is not None and line == _native_error(previous_tails.get(rank)):
+            return line
+    return None
+
+
+def _shrunk_capacity(status: RankStatus, capacity: Callable[[], int] | None, num_proc: int,
+                     waited: float) -> int | None:
+    """The cluster's task slots when a rank died and the rest can no longer hold every rank (its host is
+    gone); None while they can. Spark notices a lost executor within seconds: asked for that long."""
+    if capacity is None or not status.lost or waited > _CAPACITY_WAIT:
+        return None
+    slots = capacity()
+    return slots if slots < num_proc else None
+
+
+def _failure_error(status: RankStatus, attempts: int = 1, repeated: str | None = None,
+                   shrunk: int | None = None) -> LaunchError:
     """A rank whose process died before the first reported failure is the cause; the failures that
     follow are its peers losing it in a collective."""
     first = status.first_failure()
-    died = sorted((at, rank) for rank, at in status.lost.items() if first is None or at <= first["received"])
+    # A peer's "Horovod has been shut down" names no culprit: a rank that died is the cause even when its
+    # closed connection was noticed a moment after the peer's error arrived.
+    peer_lost = first is not None and first.get("error", "").startswith(PEER_LOST_ERRORS)
+    died = sorted((at, rank) for rank, at in status.lost.items()
+                  if first is None or peer_lost or at <= first["received"])
     if not died:
         return _rank_error(first)
     rank = died[0][1]
@@ -122,10 +177,23 @@ def _failure_error(status: RankStatus, attempts: int = 1) -> LaunchError:
     progress = status.last_progress.get(rank)
     where = f" after its last progress record {progress}" if progress else " before reporting any progress"
     followed = f"; then rank {first['rank']} failed: {first.get('error', '')}" if first else ""
-    retries = (f" in attempt {status.attempt} of {attempts} (spark.stage.maxConsecutiveAttempts), so no attempt "
-               f"is left" if attempts > 1 else "")
+    if shrunk is not None:
+        retries = (f"; the cluster now has {shrunk} task slot{'' if shrunk == 1 else 's'}, fewer than the ranks "
+                   f"(host {host} left it?), so Spark cannot run the stage again: bring the host back or lower "
+                   f"num_proc, then run again")
+    elif repeated:
+        retries = (f" in attempt {status.attempt} of {attempts} with the same error as in attempt "
+                   f"{status.attempt - 1} ({repeated}), so the stage is not run again: it would fail the same way")
+    elif attempts > 1:
+        retries = (f" in attempt {status.attempt} of {attempts} (spark.stage.maxConsecutiveAttempts), so no attempt "
+                   f"is left")
+    else:
+        retries = ""
+    tail = status.stderr_tails.get(rank)
+    seen = (f"\n--- last lines of rank {rank}'s stderr ---\n" + "\n".join(tail[-_TAIL_SHOWN:])) if tail else ""
     return LaunchError(f"rank {rank} on host {host} died without raising an error (its process exited: killed, "
-                       f"out of memory, or a crash in native code){where}{retries}{followed}", rank=rank, host=host)
+                       f"out of memory, or a crash in native code){where}{retries}{followed}{seen}",
+                       rank=rank, host=host, remote_traceback="\n".join(tail) if tail else None)
 
 
 def _rank_error(failure: dict) -> LaunchError:

@@ -1,0 +1,180 @@
+"""The pipeline on a Spark standalone cluster of two simulated hosts (see simulated_cluster.py).
+
+Each host is a network namespace with its own address and one 1-core worker; the hostname resolves to
+127.0.0.1 on both, as on many real hosts. The driver is `sparkml-par` in a subprocess, as a user runs it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from simulated_cluster import SimulatedCluster, unavailable_reason
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(unavailable_reason() is not None,
+                                                   reason=str(unavailable_reason()))]
+
+ROOT = Path(__file__).parents[1]
+CLI = str(Path(sys.executable).with_name("sparkml-par"))
+TINY = ["data.source=synthetic", "data.synthetic.rows=600", "data.synthetic.features=8", "data.synthetic.classes=3",
+        "data.max_shards=2", "train.model=mlp", "train.model_args={hidden: [16]}", "train.epochs=3",
+        "train.batch_size=32", "train.num_proc=2"]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    cluster = SimulatedCluster(tmp_path_factory.mktemp("cluster"))
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
+
+
+def _sparkml_par(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                          env={**os.environ, **(env or {})})
+
+
+def _outputs(root: Path) -> list[str]:
+    return [f"output.run_dir={root}", f"data.output={root}/dataset", f"train.output={root}/model",
+            f"score.output={root}/predictions", f"tune.output={root}/tune"]
+
+
+def _weights(root: Path) -> dict[str, torch.Tensor]:
+    return torch.load(root / "model" / "model" / "weights.pt", weights_only=True)
+
+
+def test_smoke_ranks_on_two_hosts(cluster):
+    done = _sparkml_par("smoke", str(ROOT / "conf" / "quickstart.yaml"), *cluster.driver_settings(), "train.num_proc=2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "all-reduced sum over 2 Horovod ranks: [3.0, 3.0, 3.0, 3.0]" in done.stdout
+
+
+@pytest.fixture(scope="module")
+def spread(cluster, tmp_path_factory):
+    """`sparkml-par run` of the quickstart config on small synthetic data, ranks on both hosts."""
+    root = tmp_path_factory.mktemp("spread")
+    done = _sparkml_par("run", str(ROOT / "conf" / "quickstart.yaml"), *TINY, *_outputs(root),
+                        *cluster.driver_settings())
+    assert done.returncode == 0, done.stderr[-3000:]
+    return root, done
+
+
+def test_run_across_two_hosts_equals_the_local_run(spread, tmp_path):
+    root, done = spread
+    assert "ranks on 2 hosts (10.213.37.11, 10.213.37.12)" in done.stderr
+    local = _sparkml_par("run", str(ROOT / "conf" / "quickstart.yaml"), *TINY, *_outputs(tmp_path / "local"))
+    assert local.returncode == 0, local.stderr[-3000:]
+    assert "ranks on 1 host (127.0.0.1)" in local.stderr
+    accuracy = [line for line in done.stdout.splitlines() if line.startswith("test accuracy")]
+    assert accuracy and accuracy == [line for line in local.stdout.splitlines() if line.startswith("test accuracy")]
+    for name, tensor in _weights(tmp_path / "local").items():
+        torch.testing.assert_close(_weights(root)[name], tensor, rtol=0, atol=1e-5)
+
+
+def test_a_rank_killed_on_one_host_is_rerun_and_resumes(cluster, spread, tmp_path):
+    plain, _ = spread
+    killed = _sparkml_par("run", str(ROOT / "conf" / "quickstart.yaml"), *TINY, *_outputs(tmp_path / "killed"),
+                          *cluster.driver_settings(),
+                          env={"SPARKML_PAR_FAULT_KILL_AT_STEP": f"1:2:3:{tmp_path / 'killed-once'}"})
+    assert killed.returncode == 0, killed.stderr[-3000:]
+    assert "Spark reruns the stage" in killed.stderr and (tmp_path / "killed-once").exists()
+    epochs = [json.loads(line)["epoch"] for line in (tmp_path / "killed" / "model" / "metrics.jsonl").open()]
+    assert epochs == [1, 2, 3]
+    for name, tensor in _weights(plain).items():
+        torch.testing.assert_close(_weights(tmp_path / "killed")[name], tensor, rtol=0, atol=1e-6)
+
+
+def test_a_host_lost_mid_training_names_it_and_a_rerun_resumes(cluster, tmp_path):
+    """Host 2's worker (and its executor) is killed once epoch 1 is checkpointed: the error names the host,
+    the epoch and the newest checkpoint; with the host back, the same command resumes from it."""
+    command = ["train", str(ROOT / "conf" / "quickstart.yaml"), *TINY, "data.synthetic.rows=4000", "train.epochs=12",
+               *_outputs(tmp_path), *cluster.driver_settings()]
+    prepared = _sparkml_par("prepare", *command[1:])
+    assert prepared.returncode == 0, prepared.stderr[-3000:]
+    metrics = tmp_path / "model" / "metrics.jsonl"
+    training = subprocess.Popen([CLI, *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    lost = cluster.members[1]
+    try:
+        deadline = time.monotonic() + 300
+        while not (metrics.exists() and metrics.read_text().strip()) and training.poll() is None:
+            assert time.monotonic() < deadline, "training wrote no epoch within 300 s"
+            time.sleep(0.1)
+        cluster.stop_worker(lost)
+        _, stderr = training.communicate(timeout=300)
+    finally:
+        training.kill()
+        cluster.start_worker(lost)
+        cluster.wait_for_workers(2)
+    assert training.returncode == 2, stderr[-3000:]
+    assert f"on host {lost.address} died without raising an error" in stderr
+    assert "fewer than the ranks (host 10.213.37.12 left it?)" in stderr
+    assert "the newest checkpoint is" in stderr and "`sparkml-par train` with the same config resumes from it" in stderr
+    done_before = len(metrics.read_text().splitlines())
+    resumed = _sparkml_par(*command)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resumed from checkpoint epoch" in resumed.stderr
+    epochs = [json.loads(line)["epoch"] for line in metrics.open()]
+    assert epochs == list(range(1, 13)) and done_before < 12
+
+
+def test_horovod_re_init_and_process_sets_inside_a_rank(cluster, tmp_path):
+    script = tmp_path / "reinit.py"
+    script.write_text(REINIT_SCRIPT)
+    done = subprocess.run([sys.executable, str(script), *cluster.driver_settings()], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [
+        {"rank": 0, "after_reinit": 3.0, "process_set": 1.0}, {"rank": 1, "after_reinit": 3.0, "process_set": None}]
+
+
+def test_a_lost_worker_fails_the_slot_check_with_its_arithmetic(cluster, tmp_path):
+    lost = cluster.members[1]
+    cluster.stop_worker(lost)
+    try:
+        started = time.monotonic()
+        done = _sparkml_par("smoke", str(ROOT / "conf" / "quickstart.yaml"), *cluster.driver_settings(),
+                            "train.num_proc=2", timeout=300)
+        assert done.returncode == 2, done.stderr[-3000:]
+        assert "error: num_proc=2 but the cluster has 1 task slots (1 executors × spark.executor.cores=1 / " \
+               "spark.task.cpus=1)" in done.stderr
+        assert time.monotonic() - started < 180
+    finally:
+        cluster.start_worker(lost)
+        cluster.wait_for_workers(2)
+
+
+REINIT_SCRIPT = '''
+import json, sys
+from sparkml_par import launch
+from sparkml_par.config import load_config
+from sparkml_par.session import spark_session
+
+
+def reinit():
+    import horovod.torch as hvd
+    import torch
+
+    hvd.shutdown()
+    hvd.init()
+    after = hvd.allreduce(torch.tensor([float(hvd.rank() + 1)]), op=hvd.Sum).item()
+    only_rank0 = hvd.add_process_set([0])
+    in_set = (hvd.allreduce(torch.tensor([1.0]), op=hvd.Sum, process_set=only_rank0).item()
+              if hvd.rank() == 0 else None)
+    hvd.remove_process_set(only_rank0)
+    return {"rank": hvd.rank(), "after_reinit": after, "process_set": in_set}
+
+
+cfg = load_config("conf/quickstart.yaml", sys.argv[1:])
+with spark_session(cfg.spark) as spark:
+    # Horovod's own switch for process sets made after hvd.init(), as its test suite sets it.
+    print(json.dumps(launch.run(reinit, num_proc=2, spark=spark, timeout=240,
+                                env={"HOROVOD_DYNAMIC_PROCESS_SETS": "1"})))
+'''
