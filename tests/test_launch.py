@@ -242,3 +242,44 @@ def test_dynamic_allocation_is_refused_with_the_setting_named():
     outcome = _scenario("dynamic_allocation")
     assert outcome["error"].startswith("Spark refuses barrier stages while dynamic allocation is on "
                                        "(spark.dynamicAllocation.enabled=true)")
+
+
+def abort_natively_on_rank_one(marker: str):
+    """Rank 1 writes a native error to file descriptor 2, past sys.stderr, and aborts, in every attempt."""
+    import horovod.torch as hvd
+    import torch
+
+    Path(marker + f".attempt-rank{hvd.rank()}-{os.getpid()}-{time.monotonic_ns()}").touch()
+    if hvd.rank() == 1:
+        os.write(2, b"terminate called after throwing an instance of 'gloo::IoException'\n"
+                    b"  what():  [fake/tcp/pair.cc:210] connect [127.0.0.1]:4242: Connection refused\n")
+        os.abort()
+    return hvd.allreduce(torch.ones(2), op=hvd.Sum).tolist()
+
+
+def test_a_native_abort_shows_its_stderr_and_is_not_retried_once_it_repeats(spark, tmp_path):
+    with pytest.raises(launch.LaunchError) as info:
+        launch.run(abort_natively_on_rank_one, str(tmp_path / "run"), num_proc=2)
+    message = str(info.value)
+    assert message.startswith("rank 1 on host 127.0.0.1 died without raising an error")
+    assert ("in attempt 2 of 4 with the same error as in attempt 1 (what():  [fake/tcp/pair.cc:210] connect "
+            "[127.0.0.1]:4242: Connection refused), so the stage is not run again") in message
+    assert message.splitlines()[-3:] == [
+        "--- last lines of rank 1's stderr ---", "terminate called after throwing an instance of 'gloo::IoException'",
+        "  what():  [fake/tcp/pair.cc:210] connect [127.0.0.1]:4242: Connection refused"]
+    assert len(list(tmp_path.glob("run.attempt-rank1-*"))) == 2  # attempts 1 and 2, not all 4
+
+
+@pytest.mark.parametrize("tails,previous,repeated", [
+    ({1: ["Fatal Python error: Aborted", "what():  connect refused"]}, {1: ["x", "what():  connect refused"]},
+     "what():  connect refused"),
+    ({1: ["what():  connect refused"]}, {1: ["what():  timed out"]}, None),   # another error: retry
+    ({1: ["epoch 3 done"]}, {1: ["epoch 3 done"]}, None),                      # no error line: retry
+    ({}, {1: ["what():  connect refused"]}, None),                            # nothing seen this time
+])
+def test_a_native_error_repeats_only_when_the_same_error_line_returns(tails, previous, repeated):
+    from sparkml_par.launch.channel import RankStatus
+    from sparkml_par.launch.supervisor import _repeated_native_error
+
+    status = RankStatus(lost={1: 0.0}, stderr_tails=tails, attempt=2)
+    assert _repeated_native_error(status, previous) == repeated
