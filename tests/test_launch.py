@@ -276,10 +276,13 @@ def test_a_native_abort_shows_its_stderr_and_is_not_retried_once_it_repeats(spar
     ({1: ["what():  connect refused"]}, {1: ["what():  timed out"]}, None),   # another error: retry
     ({1: ["epoch 3 done"]}, {1: ["epoch 3 done"]}, None),                      # no error line: retry
     ({}, {1: ["what():  connect refused"]}, None),                            # nothing seen this time
+    # another port, and the other rank died first: the same error all the same
+    ({0: ["what():  connect [127.0.0.1]:12712: refused"]}, {1: ["what():  connect [127.0.0.1]:40961: refused"]},
+     "what():  connect [127.0.0.1]:12712: refused"),
 ])
 def test_a_native_error_repeats_only_when_the_same_error_line_returns(tails, previous, repeated):
     from sparkml_par.launch.channel import RankStatus
     from sparkml_par.launch.supervisor import _repeated_native_error
 
-    status = RankStatus(lost={1: 0.0}, stderr_tails=tails, attempt=2)
+    status = RankStatus(lost={rank: 0.0 for rank in tails} or {1: 0.0}, stderr_tails=tails, attempt=2)
     assert _repeated_native_error(status, previous) == repeated

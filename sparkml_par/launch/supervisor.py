@@ -139,15 +139,21 @@ def _native_error(lines: list[str] | None) -> str | None:
 
 
 def _repeated_native_error(status: RankStatus, previous_tails: dict[int, list[str]]) -> str | None:
-    """The error line a rank that died in this attempt also died with in the attempt before: a new
-    attempt would only repeat it."""
+    """The error line a rank that died in this attempt shares with a rank that died in the attempt before:
+    a new attempt would only repeat it. Numbers (ports, addresses, pids) differ between attempts and
+    the rank that dies first may too, so lines are compared with their numbers masked, across ranks."""
     if status.attempt < 2:
         return None
+    before = {_masked(line) for line in map(_native_error, previous_tails.values()) if line is not None}
     for rank in status.lost:
         line = _native_error(status.stderr_tails.get(rank))
-        if line is not None and line == _native_error(previous_tails.get(rank)):
+        if line is not None and _masked(line) in before:
             return line
     return None
+
+
+def _masked(line: str) -> str:
+    return re.sub(r"\d+", "#", line)
 
 
 def _shrunk_capacity(status: RankStatus, capacity: Callable[[], int] | None, num_proc: int,
