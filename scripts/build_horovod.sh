@@ -8,8 +8,8 @@
 #   hostname, which on many hosts (Debian/Ubuntu defaults, cloud images, containers) resolves to
 #   127.0.0.1, and every multi-host launch aborts connecting to [127.0.0.1]:port. The patch hands the
 #   global context's interface to the process-set context, as the global, local and cross contexts get it.
-# PATCH_LEVEL names this set of patches: it is part of the wheel cache's name and is written beside the
-# installed package, so a build without the current patches is rebuilt. The wheel is cached by Horovod,
+# PATCH_LEVEL names this set of patches: it is part of the wheel cache's name, which pip records as the
+# installed wheel's origin (direct_url.json), so a build without the current patches is rebuilt. The wheel is cached by Horovod,
 # torch and Python versions (a build takes minutes on two cores); a second run installs the cached wheel.
 #
 # Usage: scripts/build_horovod.sh [PYTHON]   (default: .venv/bin/python)
@@ -31,10 +31,11 @@ PY_TAG=$("$PYTHON" -c 'import sys; print(f"py{sys.version_info[0]}{sys.version_i
 HAS_CUDA=$("$PYTHON" -c 'import torch; print(int(torch.version.cuda is not None and torch.cuda.is_available()))')
 
 if "$PYTHON" - "$HOROVOD_VERSION" "$PATCH_LEVEL" <<'PY' 2>/dev/null
-import os, sys, horovod, horovod.torch as hvd
-marker = os.path.join(os.path.dirname(horovod.__file__), "sparkml_par_patch_level")
-level = open(marker).read().strip() if os.path.exists(marker) else ""
-sys.exit(0 if horovod.__version__ == sys.argv[1] and hvd.gloo_built() and level == sys.argv[2] else 1)
+import importlib.metadata, sys, horovod, horovod.torch as hvd
+# pip records the wheel it installed from: one of this script's, built with this patch level.
+source = importlib.metadata.distribution("horovod").read_text("direct_url.json") or ""
+built_here = f"/horovod-{sys.argv[1]}-patch{sys.argv[2]}-" in source
+sys.exit(0 if horovod.__version__ == sys.argv[1] and hvd.gloo_built() and built_here else 1)
 PY
 then
   echo "build_horovod: horovod $HOROVOD_VERSION (patch level $PATCH_LEVEL) with Gloo and PyTorch is already installed"
@@ -84,7 +85,6 @@ else
   echo "build_horovod: reusing cached wheel $WHEEL"
 fi
 "$PYTHON" -m pip install --quiet --no-deps --force-reinstall "$WHEEL"
-"$PYTHON" -c 'import horovod, os, sys; open(os.path.join(os.path.dirname(horovod.__file__), "sparkml_par_patch_level"), "w").write(sys.argv[1])' "$PATCH_LEVEL"
 "$PYTHON" -m pip install --quiet -c "$(dirname "$0")/../constraints.txt" cloudpickle psutil pyyaml packaging
 "$PYTHON" -c 'import horovod.torch as hvd; assert hvd.gloo_built(), "horovod was built without Gloo"'
 echo "build_horovod: installed $(basename "$WHEEL")"
