@@ -139,7 +139,7 @@ def _build(spark, cfg: DataConfig, ing: Ingested, fingerprint: str, staging: str
         MANIFEST_SPLIT_KEY: cfg.split.key,
         MANIFEST_LABEL_SCALE: label_scale,
         MANIFEST_FEATURE_COLUMN: FEATURES,
-                MANIFEST_TASK: cfg.task,
+        MANIFEST_TASK: cfg.task,
         MANIFEST_NUM_CLASSES: v.num_classes,
         MANIFEST_CLASSES: v.classes,
         MANIFEST_CLASS_COUNTS: stats.get("label_distribution"),
@@ -221,7 +221,7 @@ def summary(result: PrepareResult) -> str:
     if m.get(MANIFEST_TASK) == "classification":
         counts = m.get(MANIFEST_CLASS_COUNTS) or {}
         names = m.get(MANIFEST_CLASSES)
-        lines.append(f"  classes       {m['num_classes']}: " + ", ".join(
+        lines.append(f"  classes       {m[MANIFEST_NUM_CLASSES]}: " + ", ".join(
             f"{names[int(k)] if names and int(k) < len(names) else k}={n}" for k, n in counts.items()))
         lines += [f"  warning       {w}" for w in m.get(MANIFEST_CLASS_WARNINGS, [])]
     for name, split in m[MANIFEST_SPLITS].items():

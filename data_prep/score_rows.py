@@ -40,7 +40,7 @@ def dataset_manifest(spark, dataset_url: str) -> dict[str, Any]:
     if manifest is None:
         raise SparkmlParError(f"{dataset_url!r} is not a dataset (no {MANIFEST}); the model's dataset is needed to "
                               f"read raw rows the way they were prepared: keep the data.output it was trained on")
-    if "data_config" not in manifest:
+    if MANIFEST_DATA_CONFIG not in manifest:
         raise SparkmlParError(f"dataset {dataset_url!r} was prepared by an older version that did not record its "
                               f"validation rules; run `sparkml-par prepare` and `sparkml-par train` again to score "
                               f"raw rows with it (prepared rows with a `features` column score as they are)")

@@ -80,9 +80,7 @@ def validate(ing: Ingested, cfg: DataConfig) -> Validated:
     if cfg.task == "classification" and classes is None and _holds_text(cfg, counts):
         classes = _text_classes(df, cfg)
         annotated, counts = _annotate(df, cfg, specs, _text_label_checks(df, cfg, classes))
-    rows_in = sum(r["n"] for r in counts)
-    reasons = {r[REJECT_REASON]: r["n"] for r in counts if r[REJECT_REASON] is not None}
-    clean_row = next((r for r in counts if r[REJECT_REASON] is None), None)
+    rows_in, reasons, clean_row = _tally(counts)
     _check_label_values(cfg, reasons, rows_in)
 
     num_classes = 0
@@ -114,12 +112,11 @@ def validate_for_scoring(ing: Ingested, cfg: DataConfig, specs: list[ColumnSpec]
         require_column(name, raw_columns, "scoring input",
                        fix=f"the model's features are built from the raw columns {names!r}: give the input all of them")
     annotated, counts = _annotate(df, cfg, specs, None)
-    reasons = {r[REJECT_REASON]: r["n"] for r in counts if r[REJECT_REASON] is not None}
-    clean_row = next((r for r in counts if r[REJECT_REASON] is None), None)
+    rows_in, reasons, clean_row = _tally(counts)
     others = [F.col(f"`{c}`") for c in raw_columns if c not in names]
     clean = annotated.where(F.col(REJECT_REASON).isNull()).select(
         ROW_ID, *[F.col(f"_typed_{i}").alias(name) for i, name in enumerate(names)], *others)
-    return Validated(clean=clean, rejected=_rejected(annotated, df, raw_columns), rows_in=sum(r["n"] for r in counts),
+    return Validated(clean=clean, rejected=_rejected(annotated, df, raw_columns), rows_in=rows_in,
                      rows_clean=clean_row["n"] if clean_row else 0, reasons=dict(sorted(reasons.items())),
                      num_classes=0, features=specs)
 
@@ -148,6 +145,12 @@ def _annotate(df, cfg: DataConfig, specs: list[ColumnSpec], label):
     return annotated, rows
 
 
+def _tally(counts) -> tuple[int, dict[str, int], Any]:
+    """(rows in, rows per reject reason, the clean rows' count row or None) from `_annotate`'s aggregate."""
+    reasons = {r[REJECT_REASON]: r["n"] for r in counts if r[REJECT_REASON] is not None}
+    return sum(r["n"] for r in counts), reasons, next((r for r in counts if r[REJECT_REASON] is None), None)
+
+
 def _rejected(annotated, df, raw_columns: list[str]):
     """Rejected rows as the input had them (as text), with the reason."""
     from pyspark.sql import functions as F
@@ -158,10 +161,15 @@ def _rejected(annotated, df, raw_columns: list[str]):
 
 def _holds_text(cfg: DataConfig, counts) -> bool:
     """Most readable labels do not parse as numbers: the label names classes."""
-    reasons = {r[REJECT_REASON]: r["n"] for r in counts}
-    readable = sum(reasons.values()) - sum(n for r, n in reasons.items()
-                                           if r in ("malformed_row", "undecodable_image", f"null:{cfg.label}"))
+    rows_in, reasons, _ = _tally(counts)
+    readable = _readable_labels(cfg, reasons, rows_in)
     return readable > 0 and reasons.get(f"unparseable:{cfg.label}", 0) > readable / 2
+
+
+def _readable_labels(cfg: DataConfig, reasons: dict[str, int], rows_in: int) -> int:
+    """Rows whose label could be read at all: not unreadable rows, not missing labels."""
+    return rows_in - sum(n for r, n in reasons.items() if r in ("malformed_row", "undecodable_image",
+                                                                f"null:{cfg.label}"))
 
 
 def _text_classes(df, cfg: DataConfig) -> list[str]:
@@ -250,8 +258,7 @@ def _check_label_type(df, cfg: DataConfig) -> None:
 
 def _check_label_values(cfg: DataConfig, reasons: dict[str, int], rows_in: int) -> None:
     """A label column that mostly fails the same type check is the wrong column, not a few bad rows."""
-    readable = rows_in - sum(n for r, n in reasons.items() if r in ("malformed_row", "undecodable_image",
-                                                                    f"null:{cfg.label}"))
+    readable = _readable_labels(cfg, reasons, rows_in)
     text = reasons.get(f"unparseable:{cfg.label}", 0)
     if readable and text > readable / 2:  # a classification label of text was indexed before this
         raise SparkmlParError(

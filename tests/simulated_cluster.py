@@ -107,7 +107,7 @@ class SimulatedCluster:
             "--webui-port", "0", "--work-dir", str(self.root / f"work-{host.name}"), self.master_url])
 
     def stop_worker(self, host: Host) -> None:
-        """Kills the worker and its executors (the host is lost), and waits until the master knows it."""
+        """Kills the worker and its executors, as when the host is lost."""
         if host.worker is not None:
             _kill_group(host.worker)
             host.worker = None

@@ -52,7 +52,8 @@ def scoring_input(spark, df_or_path, description: dict[str, Any], source: str | 
         if FEATURES in df_or_path.columns:
             return ScoringInput(rows=df_or_path, raw=False)
         _require_raw_columns(df_or_path.columns, description)
-        return _featurized(spark, from_dataframe(df_or_path), description)
+        return _featurized(spark, from_dataframe(df_or_path), dataset_manifest(spark, description["dataset"]),
+                           description["dataset"])
     path = os.fspath(df_or_path)
     url = qualify_url(path)
     fs = HadoopFs(spark, url)
@@ -65,7 +66,7 @@ def scoring_input(spark, df_or_path, description: dict[str, Any], source: str | 
         split = manifest[MANIFEST_SPLITS].get(DEFAULT_SPLIT)
         if split is None:
             raise SparkmlParError(f"dataset {path!r} has no {DEFAULT_SPLIT!r} split (its splits are "
-                                  f"{', '.join(manifest['splits'])}); set score.input to {path}/<split>")
+                                  f"{', '.join(manifest[MANIFEST_SPLITS])}); set score.input to {path}/<split>")
         return ScoringInput(rows=_read_parquet(spark, f"{url}/{split['path']}", path), raw=False)
     source = source or _source_of_files(fs, url, path)
     if source == "parquet":
@@ -73,15 +74,15 @@ def scoring_input(spark, df_or_path, description: dict[str, Any], source: str | 
         if FEATURES in rows.columns:
             return ScoringInput(rows=rows, raw=False)
         _require_raw_columns(rows.columns, description)
-    ing = read_raw(spark, url, source, dataset_manifest(spark, description["dataset"]))
-    return _featurized(spark, ing, description)
+    dataset = dataset_manifest(spark, description["dataset"])
+    return _featurized(spark, read_raw(spark, url, source, dataset), dataset, description["dataset"])
 
 
-def _featurized(spark, ing, description: dict[str, Any]) -> ScoringInput:
-    from data_prep.score_rows import dataset_manifest, score_rows
+def _featurized(spark, ing, manifest: dict[str, Any], dataset_url: str) -> ScoringInput:
+    """Raw rows checked and featurized by the rules of the dataset whose manifest this is."""
+    from data_prep.score_rows import score_rows
 
-    manifest = dataset_manifest(spark, description["dataset"])
-    scored = score_rows(spark, ing, manifest, description["dataset"])
+    scored = score_rows(spark, ing, manifest, dataset_url)
     return ScoringInput(rows=scored.rows, raw=True, rejected=scored.rejected, rows_in=scored.rows_in,
                         reasons=scored.reasons)
 

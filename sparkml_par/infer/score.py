@@ -41,16 +41,17 @@ def score(spark, df_or_path, model_dir: str, id_column: str = ROW_ID, batch_size
     Raw rows that fail the checks of the model's dataset are not scored; `score_job` keeps them, with
     their reason, beside the predictions.
     """
-    return _predictions(spark, df_or_path, model_dir, id_column, batch_size, source)[0]
-
-
-def _predictions(spark, df_or_path, model_dir: str, id_column: str, batch_size: int, source: str | None):
-    """(lazy predictions, the scoring input they come from)."""
     from sparkml_par.train.artifact import load_model_artifact
 
+    _, description = load_model_artifact(model_dir)  # on the driver: a missing or broken artifact fails here
+    return _predictions(spark, df_or_path, model_dir, description, id_column, batch_size, source)[0]
+
+
+def _predictions(spark, df_or_path, model_dir: str, description: dict[str, Any], id_column: str, batch_size: int,
+                 source: str | None):
+    """(lazy predictions, the scoring input they come from) for the artifact at model_dir."""
     if batch_size < 1:
         raise SparkmlParError(f"score.batch_size={batch_size!r}: rows per model call must be at least 1")
-    _, description = load_model_artifact(model_dir)  # on the driver: a missing or broken artifact fails here
     scoring = inputs.scoring_input(spark, df_or_path, description, source)
     df = scoring.rows
     if scoring.raw and id_column == ROW_ID:
@@ -92,8 +93,8 @@ def _score_job(spark, cfg: Config) -> ScoreResult:
     source = cfg.score.input or f"{description['dataset']}/{inputs.DEFAULT_SPLIT}"
     url = publish.output_url(cfg.score.output)
     publish.check_output(spark, url)
-    predictions, scoring = _predictions(spark, source, model_dir, cfg.score.id_column, cfg.score.batch_size,
-                                        cfg.score.source)
+    predictions, scoring = _predictions(spark, source, model_dir, description, cfg.score.id_column,
+                                        cfg.score.batch_size, cfg.score.source)
     label = description.get("label_column") if description.get("label_column") in predictions.columns else None
 
     started = time.monotonic()
