@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -23,6 +24,12 @@ import numpy as np
 from sparkml_par.errors import SparkmlParError
 
 log = logging.getLogger(__name__)
+
+# petastorm 0.12's metadata helpers take a legacy pyarrow ParquetDataset and use its attributes deprecated
+# since pyarrow 5 (why pyarrow is pinned to 14): deprecation notices of the pinned stack, not the user's to act on.
+warnings.filterwarnings("ignore", category=FutureWarning, module=r"petastorm(\.|$)")
+warnings.filterwarnings("ignore", message=r"Passing 'use_legacy_dataset=True'", category=FutureWarning,
+                        module=__name__)
 
 MIB = 1024 * 1024
 

@@ -14,7 +14,7 @@ from typing import Callable, Optional, Sequence
 from sparkml_par import __version__
 from sparkml_par.config import Config, describe, load_config
 from sparkml_par.errors import SparkmlParError
-from sparkml_par.logs import setup_logging
+from sparkml_par.logs import setup_logging, stderr_apart_under_spark_submit
 
 # command -> ("module:function", help); the function takes the loaded Config and returns the exit code.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -50,6 +50,7 @@ def run_job(command: str, argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--config", required=True, metavar="CONF", help="YAML config file, e.g. conf/quickstart.yaml")
     parser.add_argument("overrides", metavar="section.key=value", nargs="*", help=_OVERRIDES_HELP)
     args = parser.parse_args(argv)
+    stderr_apart_under_spark_submit()
     return main([command, args.config, *args.overrides])
 
 

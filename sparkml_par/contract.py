@@ -38,6 +38,9 @@ MODEL_DESCRIPTION = "model.json"
 MODEL_METRICS = "metrics.json"
 CONFIG_COPY = "config.yaml"
 
+# Files of a pipeline run directory besides CONFIG_COPY: the driver's log (the project's and Spark's).
+RUN_LOG = "run.log"
+
 # Columns and files of scoring's output.
 PREDICTION = "prediction"
 PROBABILITIES = "probabilities"

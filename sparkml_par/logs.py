@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import stat
 import sys
 
 _TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -49,3 +51,28 @@ def setup_logging(quiet: bool = False, fmt: str = "text") -> None:
     root.setLevel(logging.WARNING if quiet else logging.INFO)
     # py4j logs every gateway connection at INFO: noise on the driver.
     logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+def stderr_apart_under_spark_submit() -> None:
+    """Points a spark-submit job's stderr back at spark-submit's own, so log and error lines stay on stderr.
+
+    spark-submit's PythonRunner merges the job's stderr into its stdout (it redirects the error stream),
+    so without this `2>/dev/null` hides nothing and `> out` captures the log. Only on Linux (through
+    /proc), and only when spark-submit's stderr is a terminal or a pipe: a regular file opened a second
+    time would be written at a second offset, overwriting the JVM's own lines.
+    """
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # set by PythonRunner for the job it starts
+        return
+    parent = f"/proc/{os.getppid()}"
+    try:
+        with open(f"{parent}/comm") as comm:
+            if comm.read().strip() != "java":
+                return
+        if stat.S_ISREG(os.stat(f"{parent}/fd/2").st_mode):
+            return
+        fd = os.open(f"{parent}/fd/2", os.O_WRONLY)
+    except OSError:
+        return
+    sys.stderr.flush()
+    os.dup2(fd, 2)
+    os.close(fd)

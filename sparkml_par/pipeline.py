@@ -20,9 +20,10 @@ from typing import Any, Callable
 
 from sparkml_par.config import Config, load_config
 from sparkml_par.contract import (CONFIG_COPY, MANIFEST_FINGERPRINT, MANIFEST_QUARANTINE, MANIFEST_ROWS_CLEAN,
-                                  MODEL_DIR, SCORE_METRICS, WEIGHTS)
+                                  MODEL_DIR, RUN_LOG, SCORE_METRICS, WEIGHTS)
 from sparkml_par.progress import spark_progress
 from sparkml_par.session import spark_session
+from sparkml_par.storage import check_writable_directory, check_writable_url, qualify_url
 
 log = logging.getLogger("sparkml_par.pipeline")
 
@@ -77,8 +78,8 @@ def run_pipeline(spark, cfg: Config) -> dict[str, StageRecord]:
     from data_prep.job import prepare
     from sparkml_par.report import write_report
 
-    run_dir = Path(cfg.output.run_dir).absolute()
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = check_local_outputs(cfg)
+    check_writable_url(spark, qualify_url(cfg.score.output), "score.output")
     (run_dir / CONFIG_COPY).write_text(cfg.to_yaml())
     state = RunState(run_dir)
     forced = STAGES.index(cfg.output.from_stage) if cfg.output.from_stage else len(STAGES)
@@ -141,6 +142,23 @@ def run_pipeline(spark, cfg: Config) -> dict[str, StageRecord]:
     return records
 
 
+def check_local_outputs(cfg: Config) -> Path:
+    """Creates the directories the driver writes with plain file I/O and proves they take files: a bad one
+    fails in seconds, before the session starts, not after prepare and an epoch of training."""
+    from sparkml_par.train.job import local_path
+    from sparkml_par.tune.job import output_dir
+
+    run_dir = Path(cfg.output.run_dir).absolute()
+    check_writable_directory(run_dir, "output.run_dir")
+    check_writable_directory(Path(local_path(cfg.train.output)), "train.output")
+    if cfg.tune.space:
+        check_writable_directory(output_dir(cfg.tune.output), "tune.output")
+    score_url = qualify_url(cfg.score.output)
+    if score_url.startswith("file://"):  # elsewhere Spark's filesystem is asked once the session is up
+        check_writable_directory(Path(score_url.removeprefix("file://")).parent, "score.output", cfg.score.output)
+    return run_dir
+
+
 def _tune(spark, cfg: Config):
     from sparkml_par.tune.job import tune
 
@@ -166,19 +184,18 @@ def _score(spark, cfg: Config):
 
 def run(cfg: Config) -> int:
     """Entry point of `sparkml-par run`: the pipeline, its log in the run directory, a final summary."""
-    run_dir = Path(cfg.output.run_dir).absolute()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(run_dir / "run.log")
+    log_file = check_local_outputs(cfg) / RUN_LOG
+    handler = logging.FileHandler(log_file)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.getLogger().addHandler(handler)
     started = time.monotonic()
     try:
-        with spark_session(cfg.spark) as spark:
+        with spark_session(cfg.spark, log_file) as spark:
             records = run_pipeline(spark, cfg)
     finally:
         logging.getLogger().removeHandler(handler)
         handler.close()
-    print(summary(records, run_dir, time.monotonic() - started))
+    print(summary(records, log_file.parent, time.monotonic() - started))
     return 0
 
 

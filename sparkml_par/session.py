@@ -11,7 +11,8 @@ import contextlib
 import logging
 import os
 import sys
-from typing import Any, Callable, Iterator
+from pathlib import Path
+from typing import Any, Callable, Iterator, MutableMapping, Optional
 
 from sparkml_par.config import SparkConfig
 from sparkml_par.errors import ConfigError
@@ -19,6 +20,8 @@ from sparkml_par.errors import ConfigError
 log = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
+SPARK_LOG_CONFIG = Path(__file__).with_name("spark_log4j2.properties")
+SPARK_LOG_FILE_PROPERTY = "sparkml_par.spark_log"  # read by SPARK_LOG_CONFIG
 
 
 def is_local_master(master: str) -> bool:
@@ -65,8 +68,12 @@ def _gpu_settings(cfg: SparkConfig) -> dict[str, str]:
     return settings
 
 
-def get_or_create_session(cfg: SparkConfig):
-    """Returns (session, created): an active session is reused, otherwise one is built from cfg."""
+def get_or_create_session(cfg: SparkConfig, log_file: Optional[Path] = None):
+    """Returns (session, created): an active session is reused, otherwise one is built from cfg.
+
+    A session built here logs through the project's log4j2 config (spark_log4j2.properties), which also
+    writes Spark's warnings and errors to `log_file` when one is given.
+    """
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
@@ -82,18 +89,41 @@ def get_or_create_session(cfg: SparkConfig):
         # Read by the driver JVM and by local-cluster executors at start-up, before any setting applies.
         os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    use_driver_log_config(os.environ)
     builder = SparkSession.builder
     for key, value in session_settings(cfg).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("WARN")
+    _configure_driver_log(session, log_file)
     return session, True
 
 
+def use_driver_log_config(env: MutableMapping[str, str]) -> None:
+    """A driver JVM started with env reads SPARK_LOG_CONFIG from its start: spark-class hands SPARK_SUBMIT_OPTS
+    to the spark-submit JVM, which is the driver (pyspark starts one the same way). A user's own config wins;
+    cluster-wide spark.driver.extraJavaOptions stay untouched."""
+    options = env.get("SPARK_SUBMIT_OPTS", "")
+    if "log4j2.configurationFile" not in options:
+        env["SPARK_SUBMIT_OPTS"] = f"{options} -Dlog4j2.configurationFile={SPARK_LOG_CONFIG.as_uri()}".strip()
+
+
+def _configure_driver_log(session, log_file: Optional[Path]) -> None:
+    """Reconfigures the running driver JVM's log4j2 from SPARK_LOG_CONFIG, unless the user chose a config."""
+    jvm = session.sparkContext._jvm
+    system = jvm.java.lang.System
+    if system.getProperty("log4j2.configurationFile") not in (None, SPARK_LOG_CONFIG.as_uri()):
+        session.sparkContext.setLogLevel("WARN")
+        return
+    system.setProperty(SPARK_LOG_FILE_PROPERTY, str(log_file) if log_file else os.devnull)
+    # Read again with the log file in place; also the first reading under spark-submit.
+    context = jvm.org.apache.logging.log4j.LogManager.getContext(False)
+    context.setConfigLocation(jvm.java.net.URI(SPARK_LOG_CONFIG.as_uri()))
+
+
 @contextlib.contextmanager
-def spark_session(cfg: SparkConfig) -> Iterator:
+def spark_session(cfg: SparkConfig, log_file: Optional[Path] = None) -> Iterator:
     """A session for the duration of a job; stopped afterwards only if this call created it."""
-    session, created = get_or_create_session(cfg)
+    session, created = get_or_create_session(cfg, log_file)
     try:
         yield session
     finally:

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import uuid
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
@@ -56,8 +57,8 @@ class HadoopFs:
                     found.append((item.getPath().toString(), int(item.getLen()), int(item.getModificationTime())))
         return sorted(found)
 
-    def mkdirs(self, url: str) -> None:
-        self._fs.mkdirs(self.path(url))
+    def mkdirs(self, url: str) -> bool:
+        return bool(self._fs.mkdirs(self.path(url)))
 
     def rename(self, src: str, dst: str) -> bool:
         return bool(self._fs.rename(self.path(src), self.path(dst)))
@@ -109,15 +110,51 @@ def create_staging(spark, output_url: str, setting: str) -> str:
     url = staging_url(output_url)
     fs = HadoopFs(spark, url)
     try:
-        fs.mkdirs(url)
+        if not fs.mkdirs(url):
+            raise OSError("the filesystem refused to create it")
         fs.write_text(f"{url}/_writable_check", "")
         fs.delete(f"{url}/_writable_check")
-    except Exception as exc:  # py4j wraps the JVM's IOException; its first line names the cause
-        cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    except Exception as exc:  # py4j wraps the JVM's IOException, which names the cause
+        java = getattr(exc, "java_exception", None)
+        cause = (java.toString() if java is not None else str(exc).strip().splitlines()[0] if str(exc).strip()
+                 else type(exc).__name__)
         raise SparkmlParError(
             f"cannot write to {setting} {output_url!r} (tried to create {url!r}): {cause}; "
             f"choose a writable {setting}") from None
     return url
+
+
+def check_writable_url(spark, output_url: str, setting: str) -> None:
+    """Proves that output_url's location takes a staging directory, before the work that would fill it."""
+    staging = create_staging(spark, output_url, setting)
+    HadoopFs(spark, staging).delete(staging)
+
+
+def local_directory(url: str, setting: str, why: str) -> Path:
+    """The absolute path of an output the project writes with plain file I/O (file:// or a path)."""
+    if "://" in url and not url.startswith("file://"):
+        raise SparkmlParError(f"{setting} {url!r} must be a local or mounted directory (file:// or a path, e.g. "
+                              f"/dbfs/... on Databricks): {why}")
+    return Path(url.removeprefix("file://")).absolute()
+
+
+def check_writable_directory(directory: Path, setting: str, output: str | None = None) -> None:
+    """Creates a local directory and proves it takes a file, so a bad output fails before the work.
+
+    `output` names the configured output when the directory is its parent (an output that must not exist yet).
+    """
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / f".writable-check-{uuid.uuid4().hex[:12]}"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        inside = f" (in {directory})" if output else ""
+        # mkdir says "File exists" or "Not a directory" when a file stands where a directory must go.
+        blocked = isinstance(exc, (FileExistsError, NotADirectoryError))
+        reason = "a file stands where a directory of that path must go" if blocked else exc.strerror or str(exc)
+        raise SparkmlParError(f"cannot write to {setting} {output or str(directory)!r}{inside}: {reason}; "
+                              f"set {setting} to a place you can create files in") from None
 
 
 def replace_directory(spark, staging: str, url: str, what: str) -> None:

@@ -36,7 +36,10 @@ class Predictor:
     @torch.no_grad()
     def predict(self, features: np.ndarray) -> dict[str, np.ndarray]:
         """Classification: class index (int64) and softmax probabilities (float32); regression: the value."""
-        x = torch.as_tensor(np.ascontiguousarray(features, dtype=np.float32), device=self.device)
+        array = np.ascontiguousarray(features, dtype=np.float32)
+        # Arrow's zero-copy buffers are read-only and torch warns about them; the model never writes its input,
+        # but a copy of a read-only batch costs little next to the forward pass and keeps the console quiet.
+        x = torch.from_numpy(array if array.flags.writeable else array.copy()).to(self.device)
         out = self.model(x.reshape([-1] + self.input_shape)).float()
         if self.task == "classification":
             probabilities = torch.softmax(out, dim=1)

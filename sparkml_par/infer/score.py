@@ -19,6 +19,7 @@ from sparkml_par.contract import MODEL_DIR, PREDICTED_LABEL, PREDICTION, ROW_ID,
 from sparkml_par.errors import SparkmlParError
 from sparkml_par.infer import inputs, metrics, publish
 from sparkml_par.infer.arrow_predict import output_schema, predict_batches
+from sparkml_par.storage import check_writable_url
 
 log = logging.getLogger("sparkml_par.infer")
 
@@ -88,11 +89,12 @@ def score_job(spark, cfg: Config) -> ScoreResult:
 def _score_job(spark, cfg: Config) -> ScoreResult:
     from sparkml_par.train.artifact import load_model_artifact
 
+    url = publish.output_url(cfg.score.output)
+    publish.check_output(spark, url)
+    check_writable_url(spark, url, "score.output")
     model_dir = cfg.score.model or f"{cfg.train.output.rstrip('/')}/{MODEL_DIR}"
     _, description = load_model_artifact(model_dir)
     source = cfg.score.input or f"{description['dataset']}/{inputs.DEFAULT_SPLIT}"
-    url = publish.output_url(cfg.score.output)
-    publish.check_output(spark, url)
     predictions, scoring = _predictions(spark, source, model_dir, description, cfg.score.id_column,
                                         cfg.score.batch_size, cfg.score.source)
     label = description.get("label_column") if description.get("label_column") in predictions.columns else None

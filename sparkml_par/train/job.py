@@ -20,6 +20,7 @@ from sparkml_par.contract import (MANIFEST_CLASSES, MANIFEST_FEATURE_PIPELINE, M
 from sparkml_par.errors import SparkmlParError
 from sparkml_par.launch.slots import check_barrier_launch
 from sparkml_par.models.registry import build_from_spec, model_spec
+from sparkml_par.storage import check_writable_directory, local_directory, qualify_url
 from sparkml_par.train.checkpoint import checkpoint_fingerprint, newest_checkpoint
 from sparkml_par.train.loop import TrainJob, train_rank
 
@@ -38,10 +39,8 @@ class TrainResult:
 
 def local_path(url: str) -> str:
     """Rank 0 writes checkpoints and the artifact with plain file I/O: a local or mounted directory."""
-    if "://" in url and not url.startswith("file://"):
-        raise SparkmlParError(f"train.output {url!r} must be a local or mounted directory (file:// or a path, e.g. "
-                              f"/dbfs/... on Databricks) shared by the driver and the rank-0 executor")
-    return str(Path(url.removeprefix("file://")).absolute())
+    return str(local_directory(url, "train.output", "rank 0 writes checkpoints and the artifact with plain file "
+                                                    "I/O, so the driver and the rank-0 executor must share it"))
 
 
 def build_train_job(manifest: dict[str, Any], dataset_url: str, cfg: Config, num_proc: int) -> TrainJob:
@@ -89,8 +88,8 @@ def build_train_job(manifest: dict[str, Any], dataset_url: str, cfg: Config, num
 def train(spark, cfg: Config) -> TrainResult:
     """Trains cfg.train.model on the dataset at cfg.data.output with cfg.train.num_proc Horovod ranks."""
     from data_prep.manifest import read_manifest
-    from sparkml_par.storage import qualify_url
 
+    check_writable_directory(Path(local_path(cfg.train.output)), "train.output")
     dataset_url = qualify_url(cfg.data.output)
     manifest = read_manifest(spark, dataset_url)
     if manifest is None:

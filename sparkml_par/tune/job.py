@@ -16,6 +16,7 @@ from typing import Any
 from sparkml_par.config import Config
 from sparkml_par.contract import MANIFEST_TASK
 from sparkml_par.errors import SparkmlParError
+from sparkml_par.storage import check_writable_directory, local_directory, qualify_url
 from sparkml_par.tune import report
 from sparkml_par.tune.scheduler import run_search
 from sparkml_par.tune.space import SearchSpace, check_space_fits
@@ -40,19 +41,16 @@ class TuneResult:
 
 def output_dir(url: str) -> Path:
     """The study, the table and every trial's files live in a local or mounted directory."""
-    if "://" in url and not url.startswith("file://"):
-        raise SparkmlParError(f"tune.output {url!r} must be a local or mounted directory (file:// or a path) "
-                              f"shared by the driver and the executors: the study is a sqlite file and each "
-                              f"trial writes its checkpoints there")
-    return Path(url.removeprefix("file://")).absolute()
+    return local_directory(url, "tune.output", "the study is a sqlite file and each trial writes its checkpoints "
+                                               "there, so the driver and the executors must share it")
 
 
 def tune(spark, cfg: Config) -> TuneResult:
     """Runs the search cfg.tune describes on the dataset at cfg.data.output."""
     from data_prep.manifest import read_manifest
-    from sparkml_par.storage import qualify_url
 
     started = time.monotonic()
+    check_writable_directory(output_dir(cfg.tune.output), "tune.output")
     space = SearchSpace.from_config(cfg.tune.space)
     check_space_fits(cfg, space)
     dataset_url = qualify_url(cfg.data.output)
