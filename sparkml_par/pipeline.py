@@ -80,6 +80,7 @@ def run_pipeline(spark, cfg: Config) -> dict[str, StageRecord]:
 
     run_dir = check_local_outputs(cfg)
     check_writable_url(spark, qualify_url(cfg.score.output), "score.output")
+    run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / CONFIG_COPY).write_text(cfg.to_yaml())
     state = RunState(run_dir)
     forced = STAGES.index(cfg.output.from_stage) if cfg.output.from_stage else len(STAGES)
@@ -143,8 +144,8 @@ def run_pipeline(spark, cfg: Config) -> dict[str, StageRecord]:
 
 
 def check_local_outputs(cfg: Config) -> Path:
-    """Creates the directories the driver writes with plain file I/O and proves they take files: a bad one
-    fails in seconds, before the session starts, not after prepare and an epoch of training."""
+    """Proves that the outputs the driver writes with plain file I/O can be written: a bad one fails in
+    seconds, before the session starts, not after prepare and an epoch of training."""
     from sparkml_par.train.job import local_path
     from sparkml_par.tune.job import output_dir
 
@@ -155,7 +156,7 @@ def check_local_outputs(cfg: Config) -> Path:
         check_writable_directory(output_dir(cfg.tune.output), "tune.output")
     score_url = qualify_url(cfg.score.output)
     if score_url.startswith("file://"):  # elsewhere Spark's filesystem is asked once the session is up
-        check_writable_directory(Path(score_url.removeprefix("file://")).parent, "score.output", cfg.score.output)
+        check_writable_directory(Path(score_url.removeprefix("file://")), "score.output")
     return run_dir
 
 
@@ -184,7 +185,9 @@ def _score(spark, cfg: Config):
 
 def run(cfg: Config) -> int:
     """Entry point of `sparkml-par run`: the pipeline, its log in the run directory, a final summary."""
-    log_file = check_local_outputs(cfg) / RUN_LOG
+    run_dir = check_local_outputs(cfg)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log_file = run_dir / RUN_LOG
     handler = logging.FileHandler(log_file)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.getLogger().addHandler(handler)
@@ -195,7 +198,7 @@ def run(cfg: Config) -> int:
     finally:
         logging.getLogger().removeHandler(handler)
         handler.close()
-    print(summary(records, log_file.parent, time.monotonic() - started))
+    print(summary(records, run_dir, time.monotonic() - started))
     return 0
 
 

@@ -138,22 +138,24 @@ def local_directory(url: str, setting: str, why: str) -> Path:
     return Path(url.removeprefix("file://")).absolute()
 
 
-def check_writable_directory(directory: Path, setting: str, output: str | None = None) -> None:
-    """Creates a local directory and proves it takes a file, so a bad output fails before the work.
-
-    `output` names the configured output when the directory is its parent (an output that must not exist yet).
-    """
+def check_writable_directory(directory: Path, setting: str) -> None:
+    """Proves that a local output directory can be created and written, without creating it: a file is made
+    and removed in the directory or its nearest existing parent, so a bad output fails before the work and
+    a refused run leaves nothing behind."""
+    existing = directory
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        probe = directory / f".writable-check-{uuid.uuid4().hex[:12]}"
+        if not existing.is_dir():
+            raise NotADirectoryError(f"{existing} is a file")
+        probe = existing / f".writable-check-{uuid.uuid4().hex[:12]}"
         probe.touch()
         probe.unlink()
     except OSError as exc:
-        inside = f" (in {directory})" if output else ""
-        # mkdir says "File exists" or "Not a directory" when a file stands where a directory must go.
-        blocked = isinstance(exc, (FileExistsError, NotADirectoryError))
-        reason = "a file stands where a directory of that path must go" if blocked else exc.strerror or str(exc)
-        raise SparkmlParError(f"cannot write to {setting} {output or str(directory)!r}{inside}: {reason}; "
+        inside = f" (in {existing})" if existing != directory else ""
+        reason = (f"{existing} is a file, not a directory" if isinstance(exc, NotADirectoryError)
+                  else exc.strerror or str(exc))
+        raise SparkmlParError(f"cannot write to {setting} {str(directory)!r}{inside}: {reason}; "
                               f"set {setting} to a place you can create files in") from None
 
 
