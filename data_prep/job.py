@@ -30,6 +30,7 @@ from sparkml_par.contract import (FEATURES, FEATURE_PIPELINE_DIR, MANIFEST_CLASS
                                   MANIFEST_ROWS_IN, MANIFEST_SOURCE, MANIFEST_SPLITS, MANIFEST_SPLIT_KEY,
                                   MANIFEST_TASK, PROFILE, QUARANTINE_DIR, REJECTED_SUFFIX, ROW_ID, SPLIT, SPLITS)
 from sparkml_par.errors import SparkmlParError
+from sparkml_par.spark_jobs import JobName, spark_job
 
 log = logging.getLogger(__name__)
 
@@ -51,11 +52,11 @@ def prepare(spark, cfg: DataConfig, owner: str | None = None) -> PrepareResult:
     `owner` names who may replace the dataset without data.mode=overwrite: the pipeline passes its run
     directory, so `sparkml-par run` re-prepares its own dataset after an edit of the input or config.
     """
-    with parsing_whole_csv_rows(spark):
-        return _prepare(spark, cfg, owner)
+    with parsing_whole_csv_rows(spark), spark_job(spark.sparkContext, "prepare: read the input") as step:
+        return _prepare(spark, cfg, owner, step)
 
 
-def _prepare(spark, cfg: DataConfig, owner: str | None) -> PrepareResult:
+def _prepare(spark, cfg: DataConfig, owner: str | None, step: JobName) -> PrepareResult:
     start = time.time()
     output = storage.qualify_url(cfg.output)
     ing = ingest(spark, cfg)
@@ -68,7 +69,7 @@ def _prepare(spark, cfg: DataConfig, owner: str | None) -> PrepareResult:
     staging = storage.create_staging(spark, output, "data.output")
     fs = storage.HadoopFs(spark, staging)
     try:
-        manifest = _build(spark, cfg, ing, fingerprint, staging, output)
+        manifest = _build(spark, cfg, ing, fingerprint, staging, output, step)
         manifest[MANIFEST_OWNER] = owner
         mf.publish(spark, staging, output, manifest)
     except BaseException:
@@ -80,13 +81,16 @@ def _prepare(spark, cfg: DataConfig, owner: str | None) -> PrepareResult:
     return PrepareResult(manifest=manifest, output=output, skipped=False, seconds=seconds)
 
 
-def _build(spark, cfg: DataConfig, ing: Ingested, fingerprint: str, staging: str, output: str) -> dict[str, Any]:
+def _build(spark, cfg: DataConfig, ing: Ingested, fingerprint: str, staging: str, output: str,
+           step: JobName) -> dict[str, Any]:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    stage = _Stages()
+    stage = _Stages(step)
+    stage.begin("validate")
     v = validate(ing, cfg)
     stage.done("validate", v.rows_in)
+    stage.begin("quarantine")
     _write_quarantine(spark, v, cfg, staging, output)
     stage.done("quarantine", v.rows_in - v.rows_clean)
 
@@ -99,6 +103,7 @@ def _build(spark, cfg: DataConfig, ing: Ingested, fingerprint: str, staging: str
         clean = make_row_ids_unique(clean)
     clean = assign_splits(clean, cfg).persist(StorageLevel.MEMORY_AND_DISK)
     try:
+        stage.begin("profile")
         counts = {r[SPLIT]: r["count"] for r in clean.groupBy(SPLIT).count().collect()}  # three numbers
         stats = profile(clean, cfg.label, cfg.task, v.features)
         stats.update(duplicates=duplicates, deduplicated=bool(cfg.dedupe and duplicates))
@@ -109,6 +114,7 @@ def _build(spark, cfg: DataConfig, ing: Ingested, fingerprint: str, staging: str
         storage.write_json(storage.HadoopFs(spark, staging), f"{staging}/{PROFILE}", stats)
         stage.done("profile", stats["rows"])
 
+        stage.begin("featurize")
         label_scale = _label_scale(clean, cfg) if cfg.task == "regression" else None
         featurized, pipeline_path = _featurize(clean, v, cfg, staging)
         size = featurized.select(F.size(FEATURES)).first()[0]
@@ -122,6 +128,7 @@ def _build(spark, cfg: DataConfig, ing: Ingested, fingerprint: str, staging: str
             rows = counts.get(name, 0)
             if rows == 0 and getattr(cfg.split, name) == 0:
                 continue
+            stage.begin(f"write {name}")
             part = featurized.where(F.col(SPLIT) == name).select(*columns)
             info = write_split(spark, part, f"{staging}/{name}", rows, shapes={FEATURES: (size,)},
                                row_group_mb=cfg.row_group_size_mb, max_shards=cfg.max_shards, split=name)
@@ -198,10 +205,15 @@ def _featurize(clean, v: Validated, cfg: DataConfig, staging: str):
 
 
 class _Stages:
-    """Logs each finished stage with its duration and throughput."""
+    """Names the Spark jobs of each step ("prepare: validate") and logs each finished step with its duration
+    and throughput."""
 
-    def __init__(self):
+    def __init__(self, step: JobName):
+        self._step = step
         self._last = time.time()
+
+    def begin(self, name: str) -> None:
+        self._step.rename(f"prepare: {name}")
 
     def done(self, name: str, rows: int) -> None:
         now = time.time()

@@ -47,6 +47,10 @@ def require_column(name: str, columns: list[str], setting: str, fix: str | None 
     if not close:
         close = [c for c in columns if c.lower() == name.lower()]
     hint = f"did you mean {close[0]!r}? " if close else ""
+    separators = [sep for sep in (";", "\t", "|") if len(columns) == 1 and sep in columns[0]]
+    if separators:  # a CSV read with the wrong separator has one column named after the whole header
+        hint = (f"the input has one column, whose name holds {separators[0]!r}: its fields look separated by "
+                f"{separators[0]!r}, so set data.csv_sep={separators[0]!r}; ")
     raise SparkmlParError(f"{setting}: column {name!r} is not in the input; {hint}"
                           f"the input's columns are {', '.join(map(repr, columns))}; "
                           f"{fix or f'set {setting} to one of them'}")

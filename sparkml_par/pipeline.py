@@ -96,6 +96,8 @@ def run_pipeline(spark, cfg: Config) -> dict[str, StageRecord]:
             log.info("%s: unchanged since the last run, skipped", position)
             record = StageRecord(**{k: v for k, v in state.stages[name].items() if k != "finished"})
             record.summary = {**record.summary, "skipped": True}
+            record.seconds = 0.0
+            state.record(name, record)  # stages.json (and the report) describes this run, not the last one
         else:
             log.info("%s ...", position)
             stage_started = time.monotonic()

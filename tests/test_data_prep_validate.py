@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 
 import pytest
 
@@ -119,6 +121,17 @@ def test_misspelled_label_suggests_the_closest(spark, tmp_path):
     with pytest.raises(SparkmlParError, match=r"data.label: column 'Species' is not in the input; "
                                               r"did you mean 'species'\?"):
         prepare(spark, cfg)
+
+
+@pytest.mark.parametrize("sep", [";", "\t"])
+def test_a_csv_with_another_separator_gets_the_setting_that_reads_it(spark, tmp_path, sep):
+    lines = [line.replace(",", sep) for line in [HEADER] + GOOD]
+    cfg = _config(tmp_path, _csv(tmp_path / "iris.csv", lines))
+    with pytest.raises(SparkmlParError, match=rf"data.label: column 'species' is not in the input; the input has one "
+                                              rf"column, whose name holds {re.escape(repr(sep))}: .* so set "
+                                              rf"data.csv_sep={re.escape(repr(sep))}; "):
+        prepare(spark, cfg)
+    assert len(prepare(spark, dataclasses.replace(cfg, csv_sep=sep)).manifest["raw_feature_columns"]) == len(FEATURES)
 
 
 def test_text_label_names_the_classes(spark, tmp_path):

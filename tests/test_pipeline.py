@@ -56,27 +56,42 @@ def test_from_stage_forces_that_stage_and_the_later_ones(spark, run_dir):
     records = run_pipeline(spark, _config(run_dir, "train.epochs=3", "output.from_stage=score"))
     assert records["train"].summary.get("skipped")
     assert not records["score"].summary.get("skipped")
+    # The run state, which the report's stages table shows, says what this run did.
+    stages = json.loads((run_dir / "stages.json").read_text())
+    assert stages["train"]["summary"]["skipped"] and stages["train"]["seconds"] == 0.0
+    assert not stages["score"]["summary"].get("skipped")
 
 
-def test_spark_progress_names_the_active_stage(spark):
+@pytest.mark.parametrize("description", ["prepare: profile", None])
+def test_spark_progress_names_the_active_stage_as_its_job_is_named(spark, description):
     import threading
 
     from sparkml_par.progress import describe_active_stages
+    from sparkml_par.spark_jobs import open_groups, spark_job
 
+    sc = spark.sparkContext
     seen = []
     done = threading.Event()
 
     def watch():
-        tracker = spark.sparkContext.statusTracker()
+        tracker = sc.statusTracker()
         while not done.is_set() and not seen:
-            line = describe_active_stages(tracker)
+            line = describe_active_stages(tracker, open_groups())
             if line:
                 seen.append(line)
             done.wait(0.05)
 
     watcher = threading.Thread(target=watch)
     watcher.start()
-    spark.sparkContext.parallelize(range(4), 4).map(lambda x: __import__("time").sleep(1.5) or x).collect()
+    slow = sc.parallelize(range(4), 4).map(lambda x: __import__("time").sleep(1.5) or x)
+    if description:
+        with spark_job(sc, description):
+            assert sc.getLocalProperty("spark.job.description") == description  # what Spark's UI shows
+            slow.collect()
+        assert sc.getLocalProperty("spark.job.description") is None and open_groups() == {}
+    else:
+        slow.collect()
     done.set()
     watcher.join()
-    assert seen and seen[0].startswith("stage ") and "/4 tasks" in seen[0]
+    assert seen and "/4 tasks" in seen[0]
+    assert seen[0].startswith(f"{description}: 0/4 tasks" if description else "stage ")

@@ -87,11 +87,13 @@ def test_gradient_accumulation_equals_one_larger_batch(spark, synthetic):
     _assert_same_weights(_weights(accumulated), _weights(large), 1e-5)
 
 
-def test_pipeline_split_model_trains_like_the_whole_model(spark, synthetic):
+def test_pipeline_split_model_trains_like_the_whole_model(spark, synthetic, caplog):
     whole = train(spark, _config(synthetic, "whole", *EXACT, "train.epochs=1", "train.model_args={hidden: [32, 16]}"))
+    caplog.set_level("WARNING", logger="sparkml_par.train")
     split = train(spark, _config(synthetic, "split", *EXACT, "train.epochs=1", "train.model_args={hidden: [32, 16]}",
                                  "train.pipeline_stages=2", "train.micro_batches=4"))
     _assert_same_weights(_weights(split), _weights(whole), 1e-5)
+    assert "train.pipeline_stages=2 on CPU ranks: the stages share each rank's one device" in caplog.text
 
 
 def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(spark, synthetic):

@@ -356,3 +356,18 @@ def test_bayesian_search_beats_random_search_for_the_same_budget():
             best[method] = search.study.best_value
         wins.append(best["bayes"] < best["random"])
     assert sum(wins) >= 3, f"TPE beat random search with seeds {[s for s, w in enumerate(wins) if w]} only"
+
+
+def test_a_small_bayesian_budget_is_guided_after_a_short_random_start(caplog):
+    """Optuna's TPE samples its first 10 trials at random: the default budget of 8 would never be guided."""
+    caplog.set_level("INFO", logger="sparkml_par.tune")
+    wins = []
+    for seed in range(5):
+        best = {}
+        for method in ("random", "bayes"):
+            search = _search(_tune(_SYNTHETIC_SPACE, method=method, trials=8, parallelism=1, seed=seed))
+            assert run_search(search, _complete(_synthetic_objective), 1) == 8
+            best[method] = search.study.best_value
+        wins.append(best["bayes"] < best["random"])
+    assert sum(wins) >= 3, f"TPE beat random search with seeds {[s for s, w in enumerate(wins) if w]} only"
+    assert "bayes search: the first 2 of 8 trials sample at random, TPE chooses the rest" in caplog.text

@@ -19,6 +19,7 @@ from sparkml_par.contract import MODEL_DIR, PREDICTED_LABEL, PREDICTION, ROW_ID,
 from sparkml_par.errors import SparkmlParError
 from sparkml_par.infer import inputs, metrics, publish
 from sparkml_par.infer.arrow_predict import output_schema, predict_batches
+from sparkml_par.spark_jobs import JobName, spark_job
 from sparkml_par.storage import check_writable_url
 
 log = logging.getLogger("sparkml_par.infer")
@@ -82,11 +83,12 @@ def score_job(spark, cfg: Config) -> ScoreResult:
     """Scores score.input (default: the model's test split) and publishes predictions and metrics."""
     from data_prep.ingest import parsing_whole_csv_rows
 
-    with parsing_whole_csv_rows(spark):  # a raw CSV input: its rows are counted and scored alike
-        return _score_job(spark, cfg)
+    # A raw CSV input: its rows are counted and scored alike.
+    with parsing_whole_csv_rows(spark), spark_job(spark.sparkContext, "score: read the input") as step:
+        return _score_job(spark, cfg, step)
 
 
-def _score_job(spark, cfg: Config) -> ScoreResult:
+def _score_job(spark, cfg: Config, step: JobName) -> ScoreResult:
     from sparkml_par.train.artifact import load_model_artifact
 
     url = publish.output_url(cfg.score.output)
@@ -102,9 +104,12 @@ def _score_job(spark, cfg: Config) -> ScoreResult:
     started = time.monotonic()
     staging = publish.staging_url(url)
     try:
+        step.rename("score: predict and write")
         _run_spark_action(lambda: predictions.write.parquet(staging), source)
+        step.rename("score: quarantine")
         rejected = _write_rejected(scoring, staging)
         seconds = time.monotonic() - started
+        step.rename("score: evaluate")
         written = spark.read.parquet(staging)  # evaluate what was written: the model does not run again
         rows = written.count()
         log.info("scored %d rows in %.1f s (%.0f rows/s)", rows, seconds, rows / max(seconds, 1e-9))

@@ -14,12 +14,13 @@ from typing import Any, Callable, Literal
 
 from sparkml_par import faults
 from sparkml_par.errors import SparkmlParError
-from sparkml_par.launch.barrier import BarrierJob
+from sparkml_par.launch.barrier import barrier_job
 from sparkml_par.launch.channel import DriverChannel
 from sparkml_par.launch.local import LOOPBACK, LocalJob
 from sparkml_par.launch.rank import RankSpec, current_rank
 from sparkml_par.launch.slots import check_barrier_launch, concurrent_task_slots
 from sparkml_par.launch.supervisor import LaunchError, supervise
+from sparkml_par.spark_jobs import current_description
 
 __all__ = ["run", "current_rank", "LaunchError"]
 
@@ -60,7 +61,8 @@ def run(fn: Callable[..., Any], *args: Any, num_proc: int = 0, use_gpu: bool = F
     with DriverChannel(driver_host, progress, attempts) as channel:
         spec = _spec(fn, args, kwargs, env, channel, timeout, use_gpu)
         what = f"barrier stage of {num_proc} ranks"
-        job = BarrierJob(sc, spec, num_proc, f"sparkml_par: {getattr(fn, '__name__', 'fn')} on {num_proc} ranks")
+        caller = current_description(sc) or f"sparkml_par {getattr(fn, '__name__', 'fn')}"
+        job = barrier_job(sc, spec, num_proc, f"{caller}: {what}")  # "train: barrier stage of 2 ranks"
         return supervise(job, channel, num_proc, timeout, rendezvous_timeout, what, progress_timeout, attempts,
                          capacity=lambda: concurrent_task_slots(sc))
 

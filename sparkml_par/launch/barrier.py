@@ -11,13 +11,10 @@ one-partition shuffle: a rank process that dies makes Spark rerun the whole stag
 
 from __future__ import annotations
 
-import threading
-import uuid
-from typing import Any
-
 from sparkml_par.launch.horovod_backend import resolve_ip
 from sparkml_par.launch.rank import RankSpec, run_rank
 from sparkml_par.launch.rank_plan import build_rank_plan
+from sparkml_par.spark_jobs import BackgroundJob
 
 
 def barrier_task(spec: RankSpec):
@@ -37,36 +34,8 @@ def barrier_task(spec: RankSpec):
     return task
 
 
-class BarrierJob:
-    """A barrier stage collected in a background thread, cancellable through its job group."""
-
-    def __init__(self, sc, spec: RankSpec, num_proc: int, description: str):
-        self._sc = sc
-        self._group = f"sparkml_par-{uuid.uuid4().hex[:12]}"
-        self._results: list[tuple[int, Any]] | None = None
-        self._error: BaseException | None = None
-        rdd = sc.parallelize(range(num_proc), num_proc).barrier().mapPartitions(barrier_task(spec)).repartition(1)
-
-        def collect() -> None:
-            # Job groups are per thread in PySpark: set it in the thread that submits the job.
-            sc.setJobGroup(self._group, description, interruptOnCancel=True)
-            try:
-                self._results = rdd.collect()
-            except BaseException as exc:  # handed to the supervising thread
-                self._error = exc
-
-        self._thread = threading.Thread(target=collect, name=self._group, daemon=True)
-        self._thread.start()
-
-    def wait(self, seconds: float) -> bool:
-        self._thread.join(seconds)
-        return not self._thread.is_alive()
-
-    def cancel(self) -> None:
-        self._sc.cancelJobGroup(self._group)
-
-    def result(self) -> list[Any]:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return [value for _, value in sorted(self._results, key=lambda pair: pair[0])]
+def barrier_job(sc, spec: RankSpec, num_proc: int, description: str) -> BackgroundJob:
+    """The barrier stage of num_proc ranks, started in the background; its result is the ranks' values in rank order."""
+    rdd = sc.parallelize(range(num_proc), num_proc).barrier().mapPartitions(barrier_task(spec)).repartition(1)
+    return BackgroundJob(sc, lambda: [value for _, value in sorted(rdd.collect(), key=lambda pair: pair[0])],
+                         description)

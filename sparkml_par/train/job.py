@@ -20,6 +20,7 @@ from sparkml_par.contract import (MANIFEST_CLASSES, MANIFEST_FEATURE_PIPELINE, M
 from sparkml_par.errors import SparkmlParError
 from sparkml_par.launch.slots import check_barrier_launch
 from sparkml_par.models.registry import build_from_spec, model_spec
+from sparkml_par.spark_jobs import spark_job
 from sparkml_par.storage import check_writable_directory, local_directory, qualify_url
 from sparkml_par.train.checkpoint import checkpoint_fingerprint, newest_checkpoint
 from sparkml_par.train.loop import TrainJob, train_rank
@@ -99,15 +100,21 @@ def train(spark, cfg: Config) -> TrainResult:
     if num_proc == 0 and cfg.train.launcher == "barrier":
         num_proc = check_barrier_launch(spark.sparkContext, 0)
     job = build_train_job(manifest, dataset_url, cfg, num_proc or 1)
+    if cfg.train.pipeline_stages > 1 and not cfg.spark.use_gpu:
+        log.warning("train.pipeline_stages=%d on CPU ranks: the stages share each rank's one device, so the split "
+                    "model runs no faster (it only tests the split); stages run on separate devices on GPU "
+                    "executors with that many GPUs per rank", cfg.train.pipeline_stages)
     log.info("training %s on %d %s ranks: %d train rows, global batch %d, %d epochs",
              cfg.train.model, num_proc, cfg.train.launcher, job.split_rows["train"], cfg.train.batch_size,
              cfg.train.epochs)
     started = time.monotonic()
     epochs_done: list[int] = []
     try:
-        results = launch.run(train_rank, job, num_proc=num_proc, mode=cfg.train.launcher, use_gpu=cfg.spark.use_gpu,
-                             timeout=cfg.train.timeout, progress_timeout=cfg.train.step_timeout, spark=spark,
-                             on_progress=_log_epoch(cfg.train.epochs, epochs_done))
+        with spark_job(spark.sparkContext, "train"):  # the stage is "train: barrier stage of N ranks"
+            results = launch.run(train_rank, job, num_proc=num_proc, mode=cfg.train.launcher,
+                                 use_gpu=cfg.spark.use_gpu, timeout=cfg.train.timeout,
+                                 progress_timeout=cfg.train.step_timeout, spark=spark,
+                                 on_progress=_log_epoch(cfg.train.epochs, epochs_done))
     except launch.LaunchError as exc:
         newest = newest_checkpoint(Path(job.output) / "checkpoints")
         where = (f"the newest checkpoint is {newest}: `sparkml-par train` with the same config resumes from it"

@@ -14,10 +14,8 @@ import json
 import os
 import shutil
 import socket
-import threading
 import time
 import traceback
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +23,7 @@ from typing import Any
 from sparkml_par.config import Config
 from sparkml_par.contract import TRAIN_METRICS
 from sparkml_par.errors import ConfigError
+from sparkml_par.spark_jobs import BackgroundJob
 from sparkml_par.train.loop import TrainJob
 from sparkml_par.tune.scheduler import TrialControl
 from sparkml_par.tune.space import apply_params
@@ -100,7 +99,6 @@ class SparkTrials:
         self._manifest = manifest
         self._dataset_url = dataset_url
         self._trials_dir = trials_dir
-        self._search_id = uuid.uuid4().hex[:8]
 
     def trial_config(self, request: TrialRequest) -> Config:
         output = self._trials_dir / f"{request.number:04d}"
@@ -117,36 +115,25 @@ class SparkTrials:
         return self._run(TrialTask(request.number, job), control, cfg.train.timeout, self._cfg.tune.metric)
 
     def _run(self, task: TrialTask, control: TrialControl, timeout: float, metric: str) -> TrialOutcome:
-        group = f"sparkml_par-tune-{self._search_id}-{task.number}"
-        box: dict[str, Any] = {}
         rdd = self._sc.parallelize([task], 1).map(run_trial_task)
-
-        def collect() -> None:
-            # Job groups are per thread in PySpark: set in the thread that submits the job.
-            self._sc.setJobGroup(group, f"sparkml_par: tune trial {task.number}", interruptOnCancel=True)
-            try:
-                box["result"] = rdd.collect()[0]
-            except Exception as exc:  # noqa: BLE001 - a task that died (killed, out of memory, cancelled)
-                box["error"] = exc
-
         submitted = time.time()
-        thread = threading.Thread(target=collect, name=group, daemon=True)
-        thread.start()
+        job = BackgroundJob(self._sc, lambda: rdd.collect()[0], f"tune: trial {task.number}")
         metrics = Path(task.job.output) / TRAIN_METRICS
         epochs_seen = 0
-        while thread.is_alive():
-            thread.join(_POLL_SECONDS)
+        while not job.wait(_POLL_SECONDS):
             epochs_seen = _report_new_epochs(metrics, metric, epochs_seen, control)
             if time.time() - submitted > timeout and not control.stop_requested():
                 control.request_stop("timeout", f"did not finish within train.timeout={timeout:g} s")
-            if control.stop_requested() and thread.is_alive():
-                self._sc.cancelJobGroup(group)
-                thread.join()
-        if "error" in box:
-            return TrialOutcome("failed", error=_spark_error_text(box["error"]), started=submitted,
+            if control.stop_requested():
+                job.cancel()
+                job.wait(None)
+        try:
+            result = job.result()
+        except Exception as exc:  # noqa: BLE001 - a task that died (killed, out of memory, cancelled)
+            return TrialOutcome("failed", error=_spark_error_text(exc), started=submitted,
                                 finished=time.time(), details={"epochs": epochs_seen})
         _report_new_epochs(metrics, metric, epochs_seen, control)
-        return _outcome(box["result"], metric)
+        return _outcome(result, metric)
 
 
 def _report_new_epochs(metrics: Path, metric: str, seen: int, control: TrialControl) -> int:
