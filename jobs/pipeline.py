@@ -3,7 +3,7 @@
     spark-submit --master spark://head:7077 --py-files dist/sparkml_par.zip \
         jobs/pipeline.py --config conf/quickstart.yaml output.run_dir=/shared/runs/nightly
 
-(locally: spark-submit --master local[2] jobs/pipeline.py --config conf/quickstart.yaml). The project
+(locally: .venv/bin/sparkml-par-submit --master local[2] jobs/pipeline.py --config conf/quickstart.yaml). The project
 must be importable on the executors: install it there (`pip install .` into the executors' Python), or
 ship it with `--py-files` (a zip of sparkml_par/ and data_prep/). Exits 2 on a user error.
 """

@@ -3,7 +3,7 @@
     spark-submit --master yarn --py-files dist/sparkml_par.zip jobs/prepare.py \
         --config conf/tabular.yaml data.output=hdfs:///datasets/tabular data.mode=overwrite
 
-(locally: spark-submit --master local[2] jobs/prepare.py --config conf/tabular.yaml). The session
+(locally: .venv/bin/sparkml-par-submit --master local[2] jobs/prepare.py --config conf/tabular.yaml). The session
 spark-submit created is reused; spark.master in the config is then ignored. Exits 2 on a user error.
 """
 

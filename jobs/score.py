@@ -4,7 +4,7 @@
         --config conf/quickstart.yaml score.model=/dbfs/models/digits/model \
         score.input=hdfs:///datasets/digits/test score.output=hdfs:///predictions/digits
 
-(locally: spark-submit --master local[2] jobs/score.py --config conf/quickstart.yaml). Without
+(locally: .venv/bin/sparkml-par-submit --master local[2] jobs/score.py --config conf/quickstart.yaml). Without
 score.input the model's own test split is scored; without score.model, train.output/model is used.
 The session spark-submit created is reused; spark.master in the config is then ignored. Exits 2 on a
 user error (missing model, input or columns, incompatible schema).

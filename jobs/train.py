@@ -3,8 +3,8 @@
     spark-submit --master spark://head:7077 --conf spark.executor.cores=4 --py-files dist/sparkml_par.zip \
         jobs/train.py --config conf/quickstart.yaml train.num_proc=8 train.output=/shared/models/digits
 
-(locally: spark-submit --master local[2] jobs/train.py --config conf/quickstart.yaml). train.output must be a
-directory the driver and the rank-0 executor share. Exits 2 on a user error, 1 on any other failure.
+(locally: .venv/bin/sparkml-par-submit --master local[2] jobs/train.py --config conf/quickstart.yaml).
+train.output must be a directory the driver and the rank-0 executor share. Exits 2 on a user error, 1 on any other failure.
 """
 
 import sys

@@ -3,7 +3,7 @@
     spark-submit --master spark://head:7077 --conf spark.executor.cores=4 --py-files dist/sparkml_par.zip \
         jobs/tune.py --config conf/tune.yaml tune.trials=32 tune.parallelism=8 tune.output=/shared/tune/digits
 
-(locally: spark-submit --master local[2] jobs/tune.py --config conf/tune.yaml). tune.output must be a
+(locally: .venv/bin/sparkml-par-submit --master local[2] jobs/tune.py --config conf/tune.yaml). tune.output must be a
 directory the driver and the executors share; running the job again with it continues the search.
 Exits 2 on a user error (or when no trial completed), 1 on any other failure.
 """
