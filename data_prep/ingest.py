@@ -41,16 +41,30 @@ class Ingested:
     content_row_ids: bool = False
 
 
+def input_fingerprint(spark, cfg: DataConfig) -> str:
+    """The identity of the input, known without reading it: a generator's parameters, or the paths, sizes
+    and modification times of the input files. An unchanged prepare stops here, before any reader starts."""
+    if cfg.source == "digits":
+        from sklearn.datasets import load_digits
+
+        return hash_parts({"source": "digits", "rows": len(load_digits().target)})
+    if cfg.source == "synthetic":
+        s = cfg.synthetic
+        # Partitioning does not change the rows, so it is not part of the input's identity.
+        return hash_parts({"source": "synthetic", "rows": s.rows, "features": s.features, "classes": s.classes,
+                           "seed": s.seed})
+    return hash_parts(_input_files(spark, cfg, qualify_url(cfg.path)))
+
+
 def ingest(spark, cfg: DataConfig, classes: list[str] | None = None) -> Ingested:
     """Dispatches on data.source. `classes` are a trained model's image classes (scoring new images): a
     folder's label is its index there, not among the folders found."""
+    fingerprint = input_fingerprint(spark, cfg)
     if cfg.source == "digits":
-        return _digits(spark, cfg)
+        return _digits(spark, cfg, fingerprint)
     if cfg.source == "synthetic":
-        return _synthetic(spark, cfg)
+        return _synthetic(spark, cfg, fingerprint)
     url = qualify_url(cfg.path)
-    files = _input_files(spark, cfg, url)
-    fingerprint = hash_parts(files)
     if cfg.source == "images":
         return _images(spark, cfg, url, fingerprint, classes)
     readers = {"csv": _csv, "json": _json, "parquet": _parquet}
@@ -266,7 +280,7 @@ def _decode_images_udf(height: int, width: int, channels: int):
     return decode
 
 
-def _digits(spark, cfg: DataConfig) -> Ingested:
+def _digits(spark, cfg: DataConfig, fingerprint: str) -> Ingested:
     """scikit-learn's 8x8 handwritten digits, scaled from 0..16 to 0..1."""
     from pyspark.sql.types import ArrayType, FloatType, LongType, StructField, StructType
     from sklearn.datasets import load_digits
@@ -277,12 +291,12 @@ def _digits(spark, cfg: DataConfig) -> Ingested:
     schema = StructType([StructField(ROW_ID, LongType(), False), StructField(FEATURES, ArrayType(FloatType())),
                          StructField(cfg.label, LongType())])
     df = _with_corrupt_record(spark.createDataFrame(rows, schema), "_corrupt_record", "")
-    return Ingested(df=df, input_fingerprint=hash_parts({"source": "digits", "rows": len(rows)}),
+    return Ingested(df=df, input_fingerprint=fingerprint,
                     features=[ColumnSpec(name=FEATURES, type="vector", size=64, min=0.0, max=1.0)],
                     feature_shape=[1, 8, 8])
 
 
-def _synthetic(spark, cfg: DataConfig) -> Ingested:
+def _synthetic(spark, cfg: DataConfig, fingerprint: str) -> Ingested:
     """Gaussian class clusters (or a noisy linear target), generated in the executors."""
     from pyspark.sql.types import ArrayType, FloatType, LongType, StructField, StructType
 
@@ -320,8 +334,6 @@ def _synthetic(spark, cfg: DataConfig) -> Ingested:
 
     df = spark.range(0, blocks, 1, numPartitions=min(partitions, blocks)).mapInArrow(generate, schema)
     df = _with_corrupt_record(df, "_corrupt_record", "")
-    # Partitioning does not change the rows, so it is not part of the input's identity.
-    parameters = {"source": "synthetic", "rows": rows, "features": dims, "classes": classes, "seed": seed}
-    return Ingested(df=df, input_fingerprint=hash_parts(parameters),
+    return Ingested(df=df, input_fingerprint=fingerprint,
                     features=[ColumnSpec(name=FEATURES, type="vector", size=dims)],
                     feature_shape=[dims])

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from data_prep import featurize, manifest as mf
-from data_prep.ingest import Ingested, ingest, parsing_whole_csv_rows
+from data_prep.ingest import Ingested, ingest, input_fingerprint, parsing_whole_csv_rows
 from data_prep.profile import class_warnings, count_duplicates, drop_duplicates, profile
 from data_prep.split import assign_splits, make_row_ids_unique
 from data_prep.validate import Validated, check_reject_fraction, validate
@@ -59,13 +59,13 @@ def prepare(spark, cfg: DataConfig, owner: str | None = None) -> PrepareResult:
 def _prepare(spark, cfg: DataConfig, owner: str | None, step: JobName) -> PrepareResult:
     start = time.time()
     output = storage.qualify_url(cfg.output)
-    ing = ingest(spark, cfg)
-    fingerprint = mf.fingerprint(cfg, ing.input_fingerprint)
+    fingerprint = mf.fingerprint(cfg, input_fingerprint(spark, cfg))
     storage.clear_leftovers(spark, output)
     existing = mf.check_existing_output(spark, output, fingerprint, cfg.mode, owner)
     if existing is not None:
         log.info("%s already holds this dataset (fingerprint %s): nothing to do", output, fingerprint)
         return PrepareResult(manifest=existing, output=output, skipped=True, seconds=time.time() - start)
+    ing = ingest(spark, cfg)
     staging = storage.create_staging(spark, output, "data.output")
     fs = storage.HadoopFs(spark, staging)
     try:
