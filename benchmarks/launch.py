@@ -3,7 +3,7 @@
     python -m benchmarks.launch                     # 5 launches, all-reduce of 1/16/64 MB
     python -m benchmarks.launch --reps 9 --sizes-mb 16,64
 
-Launch time: wall clock from calling `launch.run` on a warm SparkSession until every rank is past
+Launch time: wall clock from calling `Launcher.run` on a warm SparkSession until every rank is past
 `hvd.init()` (each rank reports `time.time()` as the function starts, which is right after init; driver
 and ranks share one machine and one clock), next to pyspark's TorchDistributor running a function that
 joins a gloo process group. TorchDistributor needs pyarrow >= 15 and petastorm needs < 15, so the
@@ -171,7 +171,7 @@ def time_our_launch(spark, num_proc: int, env: dict[str, str], events: _EventLog
 
     with events.installed():
         called = time.time()
-        records = launch.run(report_init_time, num_proc=num_proc, mode="barrier", spark=spark, env=env)
+        records = launch.Launcher(num_proc=num_proc, mode="barrier", spark=spark, env=env).run(report_init_time)
         returned = time.time()
     return _phases(called, events.launches[-1], records, returned) | {
         "rank_maxrss_kb": [r["maxrss_kb"] for r in records], "rank_pids": [r["pid"] for r in records]}
@@ -204,7 +204,8 @@ def measure_bare_barrier_stage(sc, num_proc: int, reps: int) -> dict:
 def time_horovod_allreduce_block(spark, num_proc: int, sizes_mb: list[int], reps: int, env: dict[str, str]) -> list:
     from sparkml_par import launch
 
-    return launch.run(time_horovod_allreduce, sizes_mb, reps, num_proc=num_proc, mode="barrier", spark=spark, env=env)
+    launcher = launch.Launcher(num_proc=num_proc, mode="barrier", spark=spark, env=env)
+    return launcher.run(time_horovod_allreduce, sizes_mb, reps)
 
 
 def time_torch_gloo_allreduce_block(num_proc: int, sizes_mb: list[int], reps: int) -> list:
@@ -531,7 +532,7 @@ def _print_report(rows: list[dict], record: dict) -> None:
               ("first_initialized_seen_by_driver", "driver has heard the first rank's 'initialized'"),
               ("all_past_init", "every rank past hvd.init() (rank clock)"),
               ("all_initialized_seen_by_driver", "driver has heard every 'initialized'"),
-              ("returned", "launch.run returned")]
+              ("returned", "Launcher.run returned")]
     for key, label in labels:
         print(f"  {fmt(phases.get(key))}  {label}")
     bare = record["bare_barrier_stage"]

@@ -25,11 +25,12 @@ the measured epochs of all rounds. One torch thread per rank everywhere (train.t
     baseline runs in benchmarks/.venv-baseline (TorchDistributor needs pyarrow >= 15, petastorm < 15) in a
     process and Spark session of its own, its runs alternating with ours. Our side is measured with the
     launcher's defaults and with Horovod settings (`--mlp-variant`): HOROVOD_* values reach the ranks
-    through `launch.run(env=...)`, which sets them before `hvd.init()`; train.* values are config
+    through `Launcher(env=...)`, which sets them before `hvd.init()`; train.* values are config
     overrides (train.fp16_compression, train.accumulation_steps = backward_passes_per_step, which
     changes the optimization: its row is marked). The default-settings row calls
-    `sparkml_par.train.job.train`; rows with HOROVOD_* settings call what it calls (`launch.run(train_rank,
-    build_train_job(...))`) with env added, since train() passes no environment to the ranks.
+    `sparkml_par.train.job.train`; rows with HOROVOD_* settings call what it calls
+    (`Launcher(...).run(train_rank, build_train_job(...))`) with env added, since train() passes no
+    environment to the ranks.
 (iii) Loader alone vs training step alone, per rank: `ShardBatches` (rank 0 of 2, shuffle on, the
     trainer's defaults) iterated without training, next to forward + backward + Adam on one batch in
     memory (no all-reduce), one torch thread, interleaved, median of --reps; for both datasets. The loader
@@ -128,9 +129,10 @@ def train_ours(spark, url: str, overrides: list[str], num_proc: int, env: dict[s
         from sparkml_par.train.loop import train_rank
 
         job = build_train_job(read_manifest(spark, url), url, cfg, num_proc)
-        results = launch.run(train_rank, job, num_proc=num_proc, mode="barrier", timeout=cfg.train.timeout,
-                             progress_timeout=cfg.train.step_timeout, spark=spark, env=env,
-                             on_progress=lambda rank, record: None)
+        launcher = launch.Launcher(num_proc=num_proc, mode="barrier", timeout=cfg.train.timeout,
+                                   progress_timeout=cfg.train.step_timeout, spark=spark, env=env,
+                                   on_progress=lambda rank, record: None)
+        results = launcher.run(train_rank, job)
         return results[0]["history"]
     finally:
         shutil.rmtree(output, ignore_errors=True)

@@ -139,8 +139,8 @@ def run(args: argparse.Namespace) -> list[dict]:
                 runs["ddp (torch gloo)"].append(ddp(args.batch, args.steps))
                 for name, groups, env in [("hvd default", None, {}), ("hvd groups=1", 1, {}),
                                           *((name, None, env) for name, env in env_variants.items())]:
-                    records = launch.run(horovod_rank, args.batch, args.steps, groups, num_proc=2, spark=spark,
-                                         env=env, on_progress=lambda rank, record: None)
+                    launcher = launch.Launcher(num_proc=2, spark=spark, env=env, on_progress=lambda rank, record: None)
+                    records = launcher.run(horovod_rank, args.batch, args.steps, groups)
                     runs[name].append(records[0])
     finally:
         if created:

@@ -1,6 +1,6 @@
 """Faults the reliability tests inject on purpose, named by environment variables on the driver.
 
-launch.run hands every SPARKML_PAR_FAULT_* variable of the driver to the ranks (Spark's Python workers
+The launcher hands every SPARKML_PAR_FAULT_* variable of the driver to the ranks (Spark's Python workers
 do not see the driver's environment). Unset, each check costs one dictionary lookup.
 """
 

@@ -10,14 +10,15 @@ time), the log and the report.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Any, Callable
 
+from sparkml_par import atomic
 from sparkml_par.config import Config, load_config
 from sparkml_par.contract import (CONFIG_COPY, MANIFEST_FINGERPRINT, MANIFEST_QUARANTINE, MANIFEST_ROWS_CLEAN,
                                   MODEL_DIR, RUN_LOG, SCORE_METRICS, WEIGHTS)
@@ -26,9 +27,6 @@ from sparkml_par.session import spark_session
 from sparkml_par.storage import check_writable_directory, check_writable_url, qualify_url
 
 log = logging.getLogger("sparkml_par.pipeline")
-
-STAGES = ("prepare", "tune", "train", "score", "report")
-
 
 @dataclasses.dataclass
 class StageRecord:
@@ -64,85 +62,80 @@ class RunState:
         self._write()
 
     def _write(self) -> None:
-        temp = self.path.with_name(".stages.json.tmp")
-        temp.write_text(json.dumps(self.stages, indent=2, default=str))
-        os.replace(temp, self.path)
+        atomic.write_text(self.path, json.dumps(self.stages, indent=2, default=str))
 
 
 def fingerprint(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+@dataclasses.dataclass
+class Run:
+    """What the stages of one run share: the session, the config, the run directory and the records so far."""
+    spark: Any
+    cfg: Config
+    run_dir: Path
+    records: dict[str, StageRecord] = dataclasses.field(default_factory=dict)
+
+    @functools.cached_property
+    def train_cfg(self) -> Config:
+        """The config training uses: the tuned best config when this run tuned, else the run's own."""
+        tuned = self.records.get("tune")
+        return load_config(tuned.output, [f"train.output={self.cfg.train.output}"]) if tuned else self.cfg
+
+    def dataset_fingerprint(self) -> str:
+        return self.records["prepare"].summary["fingerprint"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """One stage as data. Its fingerprint hashes what its work depends on (its config section and the
+    fingerprints of its inputs); a stage whose fingerprint matches the last run's and whose output is
+    complete is skipped. `work(run, resume)` returns (output, summary); resume is true when the stage
+    may continue from its own partial output (nothing changed, nothing forced)."""
+    name: str
+    fingerprint: Callable[[Run], str]
+    complete: Callable[[Run], bool]
+    work: Callable[[Run, bool], tuple[str, dict[str, Any]]]
+
+
 def run_pipeline(spark, cfg: Config) -> dict[str, StageRecord]:
     """Runs every stage that is due; returns the records of all stages of this run."""
-    from data_prep.job import prepare
-    from sparkml_par.report import write_report
-
     run_dir = check_local_outputs(cfg)
     check_writable_url(spark, qualify_url(cfg.score.output), "score.output")
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / CONFIG_COPY).write_text(cfg.to_yaml())
     state = RunState(run_dir)
-    forced = STAGES.index(cfg.output.from_stage) if cfg.output.from_stage else len(STAGES)
-    tuning = bool(cfg.tune.space)
-    records: dict[str, StageRecord] = {}
+    forced = set(STAGES[STAGES.index(cfg.output.from_stage):]) if cfg.output.from_stage else set()
+    stages = [stage for stage in PIPELINE if stage.name != "tune" or cfg.tune.space]
+    run = Run(spark, cfg, run_dir)
     started = time.monotonic()
-
-    def stage(index: int, name: str, fp: str, complete: Callable[[], bool],
-              work: Callable[[bool], tuple[str, dict[str, Any]]]) -> StageRecord:
-        position = f"[{index}/{len(STAGES) if tuning else len(STAGES) - 1}] {name}"
-        same = STAGES.index(name) < forced and state.matches(name, fp)
-        if same and state.finished(name) and complete():
-            log.info("%s: unchanged since the last run, skipped", position)
-            record = StageRecord(**{k: v for k, v in state.stages[name].items() if k != "finished"})
-            record.summary = {**record.summary, "skipped": True}
-            record.seconds = 0.0
-            state.record(name, record)  # stages.json (and the report) describes this run, not the last one
-        else:
-            log.info("%s ...", position)
-            stage_started = time.monotonic()
-            state.started(name, fp)
-            # Work may continue from its own partial output only if nothing changed and nothing was forced.
-            with spark_progress(spark):
-                output, summary = work(same)
-            record = StageRecord(fp, output, time.monotonic() - stage_started, summary)
-            state.record(name, record)
-            log.info("%s done in %.1f s", position, record.seconds)
-        records[name] = record
-        return record
-
-    def do_prepare(_same: bool):
-        result = prepare(spark, cfg.data, owner=str(run_dir))
-        m = result.manifest
-        return result.output, {"fingerprint": m[MANIFEST_FINGERPRINT], "rows_clean": m[MANIFEST_ROWS_CLEAN],
-                               "quarantined": m[MANIFEST_QUARANTINE]["rows"], "skipped": result.skipped}
-
-    # prepare is a no-op inside data_prep when its input and config are unchanged, so it always runs.
-    data = stage(1, "prepare", fingerprint(dataclasses.asdict(cfg.data)), lambda: False, do_prepare)
-    train_cfg = cfg
-    position = 2
-    if tuning:
-        tune_fp = fingerprint(dataclasses.asdict(cfg.tune), dataclasses.asdict(cfg.train), data.summary["fingerprint"])
-        tuned = stage(position, "tune", tune_fp, lambda: Path(cfg.tune.output, "best.yaml").exists(),
-                      lambda _same: _tune(spark, cfg))
-        train_cfg = load_config(tuned.output, [f"train.output={cfg.train.output}"])
-        position += 1
-
-    train_fp = fingerprint(dataclasses.asdict(train_cfg.train), data.summary["fingerprint"])
-    model_dir = Path(train_cfg.train.output, MODEL_DIR)
-    trained = stage(position, "train", train_fp, lambda: (model_dir / WEIGHTS).exists(),
-                    lambda resume: _train(spark, train_cfg, resume))
-    score_fp = fingerprint(dataclasses.asdict(cfg.score), trained.fingerprint)
-    stage(position + 1, "score", score_fp,
-                   lambda: Path(cfg.score.output.removeprefix("file://"), SCORE_METRICS).exists(),
-                   lambda _same: _score(spark, cfg))
-
-    def do_report(_same: bool):
-        return str(write_report(run_dir, cfg)), {}
-
-    stage(position + 2, "report", fingerprint(time.time()), lambda: False, do_report)
+    for index, stage in enumerate(stages, 1):
+        run.records[stage.name] = _run_stage(stage, run, state, stage.name in forced,
+                                             f"[{index}/{len(stages)}] {stage.name}")
     log.info("pipeline finished in %.1f s", time.monotonic() - started)
-    return records
+    return run.records
+
+
+def _run_stage(stage: Stage, run: Run, state: RunState, forced: bool, position: str) -> StageRecord:
+    fp = stage.fingerprint(run)
+    same = not forced and state.matches(stage.name, fp)
+    if same and state.finished(stage.name) and stage.complete(run):
+        log.info("%s: unchanged since the last run, skipped", position)
+        record = StageRecord(**{k: v for k, v in state.stages[stage.name].items() if k != "finished"})
+        record.summary = {**record.summary, "skipped": True}
+        record.seconds = 0.0
+        state.record(stage.name, record)  # stages.json (and the report) describes this run, not the last one
+        return record
+    log.info("%s ...", position)
+    started = time.monotonic()
+    state.started(stage.name, fp)
+    with spark_progress(run.spark):
+        output, summary = stage.work(run, same)
+    record = StageRecord(fp, output, time.monotonic() - started, summary)
+    state.record(stage.name, record)
+    log.info("%s done in %.1f s", position, record.seconds)
+    return record
 
 
 def check_local_outputs(cfg: Config) -> Path:
@@ -162,27 +155,64 @@ def check_local_outputs(cfg: Config) -> Path:
     return run_dir
 
 
-def _tune(spark, cfg: Config):
+def _prepare(run: Run, _resume: bool):
+    from data_prep.job import prepare
+
+    result = prepare(run.spark, run.cfg.data, owner=str(run.run_dir))
+    m = result.manifest
+    return result.output, {"fingerprint": m[MANIFEST_FINGERPRINT], "rows_clean": m[MANIFEST_ROWS_CLEAN],
+                           "quarantined": m[MANIFEST_QUARANTINE]["rows"], "skipped": result.skipped}
+
+
+def _tune(run: Run, _resume: bool):
     from sparkml_par.tune.job import tune
 
-    result = tune(spark, cfg)
+    result = tune(run.spark, run.cfg)
     return result.best_config, {"best": result.best, "trials": len(result.trials)}
 
 
-def _train(spark, cfg: Config, resume: bool):
+def _train(run: Run, resume: bool):
     from sparkml_par.train.job import train
 
+    cfg = run.train_cfg
     # A changed train config starts over: its checkpoints would continue a different run.
-    run_cfg = cfg if resume else dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, resume="never"))
-    result = train(spark, run_cfg)
+    cfg = cfg if resume else dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, resume="never"))
+    result = train(run.spark, cfg)
     return result.artifact, {"test": result.test, "epochs_run": result.epochs_run}
 
 
-def _score(spark, cfg: Config):
+def _score(run: Run, _resume: bool):
     from sparkml_par.infer.score import score_job
 
-    result = score_job(spark, cfg)
+    result = score_job(run.spark, run.cfg)
     return result.output, {"rows": result.rows, "metrics": result.metrics}
+
+
+def _report(run: Run, _resume: bool):
+    from sparkml_par.report import write_report
+
+    return str(write_report(run.run_dir, run.cfg)), {}
+
+
+def _never(_run: Run) -> bool:
+    return False
+
+
+PIPELINE = (
+    # data_prep skips an unchanged dataset itself (it compares the input's fingerprint), so prepare always runs.
+    Stage("prepare", lambda run: fingerprint(dataclasses.asdict(run.cfg.data)), _never, _prepare),
+    Stage("tune", lambda run: fingerprint(dataclasses.asdict(run.cfg.tune), dataclasses.asdict(run.cfg.train),
+                                          run.dataset_fingerprint()),
+          lambda run: Path(run.cfg.tune.output, "best.yaml").exists(), _tune),
+    Stage("train", lambda run: fingerprint(dataclasses.asdict(run.train_cfg.train), run.dataset_fingerprint()),
+          lambda run: Path(run.train_cfg.train.output, MODEL_DIR, WEIGHTS).exists(), _train),
+    Stage("score", lambda run: fingerprint(dataclasses.asdict(run.cfg.score), run.records["train"].fingerprint),
+          lambda run: Path(run.cfg.score.output.removeprefix("file://"), SCORE_METRICS).exists(), _score),
+    # The report reads every stage's output as it is now: always written again.
+    Stage("report", lambda run: fingerprint([record.fingerprint for record in run.records.values()]), _never,
+          _report),
+)
+STAGES = tuple(stage.name for stage in PIPELINE)
 
 
 def run(cfg: Config) -> int:

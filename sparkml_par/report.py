@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
+from sparkml_par import atomic
 from sparkml_par.config import Config
 from sparkml_par.contract import (MANIFEST, MANIFEST_CLASSES, MANIFEST_CLASS_COUNTS, MANIFEST_CLASS_WARNINGS,
                                   MANIFEST_CREATED, MANIFEST_DUPLICATES, MANIFEST_FEATURE_SHAPE,
@@ -64,16 +65,14 @@ class _Plots:
 
     def save(self, figure, name: str) -> str:
         figure.tight_layout()
-        temp = self.directory / f".{name}.tmp.png"
-        figure.savefig(temp, format="png")
-        os.replace(temp, self.directory / name)
+        with atomic.atomic_path(self.directory / name) as temp:
+            figure.savefig(temp, format="png")
         self.written.append(name)
         return name
 
     def copy(self, source: Path, name: str) -> str:
-        temp = self.directory / f".{name}.tmp.png"
-        shutil.copyfile(source, temp)
-        os.replace(temp, self.directory / name)
+        with atomic.atomic_path(self.directory / name) as temp:
+            shutil.copyfile(source, temp)
         self.written.append(name)
         return name
 
@@ -94,7 +93,7 @@ def write_report(run_dir: str | os.PathLike, cfg: Config) -> Path:
     ]
     _remove_stale_plots(out, plots.written)
     index = out / INDEX
-    _write_atomically(index, _page(run_path, sections))
+    atomic.write_text(index, _page(run_path, sections))
     missing = [s.title for s in sections if not s.ran]
     log.info("report %s (%d plots%s)", index, len(plots.written), f"; not run: {', '.join(missing)}" if missing else "")
     return index
@@ -482,8 +481,3 @@ def _remove_stale_plots(directory: Path, written: list[str]) -> None:
         if path.name not in written:
             path.unlink()
 
-
-def _write_atomically(path: Path, text: str) -> None:
-    temp = path.with_name(f".{path.name}.tmp")
-    temp.write_text(text)
-    os.replace(temp, path)

@@ -166,7 +166,7 @@ def allreduce_ranks():
 
 
 def _launch(num_proc: int):
-    return lambda spark, tmp, _: lambda: launch.run(allreduce_ranks, num_proc=num_proc, spark=spark)
+    return lambda spark, tmp, _: lambda: launch.Launcher(num_proc=num_proc, spark=spark).run(allreduce_ranks)
 
 
 def _score(*overrides: str, write_input: Callable[[Any, str], None] | None = None, output_exists: bool = False):

@@ -322,14 +322,14 @@ def test_output_that_holds_something_else_is_not_replaced(spark, classifier, tmp
 # --- entry points ----------------------------------------------------------------------------------------
 
 def test_spark_submit_script_scores_and_reports_errors(spark, classifier, tmp_path, capsys):
-    from jobs.score import main
+    from sparkml_par.cli import run_job  # what jobs/score.py runs
 
     root, _ = classifier
     common = ["--config", "conf/quickstart.yaml", f"data.output={root}/dataset", f"train.output={root}/train"]
-    assert main(common + [f"score.output={tmp_path}/out"]) == 0
+    assert run_job("score", common + [f"score.output={tmp_path}/out"]) == 0
     assert "accuracy" in capsys.readouterr().out
     assert (tmp_path / "out" / "_metrics.json").is_file()
-    assert main(common + [f"score.model={tmp_path}/missing"]) == 2
+    assert run_job("score", common + [f"score.model={tmp_path}/missing"]) == 2
     assert "does not exist" in capsys.readouterr().err
 
 

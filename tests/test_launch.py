@@ -117,18 +117,18 @@ def test_rank_plan_groups_ranks_by_host_like_horovod():
 
 
 def test_two_ranks_on_local_barrier_stage(spark):
-    _check_collectives(launch.run(collectives, num_proc=2))
+    _check_collectives(launch.Launcher(num_proc=2).run(collectives))
 
 
 def test_two_ranks_as_local_processes():
-    _check_collectives(launch.run(collectives, num_proc=2, mode="local"))
+    _check_collectives(launch.Launcher(num_proc=2, mode="local").run(collectives))
 
 
 def test_rank_failure_names_rank_and_traceback_without_hanging(spark, tmp_path):
     """An exception raised by the rank's code would only repeat: it is not retried."""
     started = time.monotonic()
     with pytest.raises(launch.LaunchError) as info:
-        launch.run(fail_on_rank_one, str(tmp_path), num_proc=2, rendezvous_timeout=60)
+        launch.Launcher(num_proc=2, rendezvous_timeout=60).run(fail_on_rank_one, str(tmp_path))
     elapsed = time.monotonic() - started
     assert sorted(p.name.split("-")[0] for p in tmp_path.iterdir()) == ["rank0", "rank1"]
     assert info.value.rank == 1
@@ -136,30 +136,30 @@ def test_rank_failure_names_rank_and_traceback_without_hanging(spark, tmp_path):
     assert "in fail_on_rank_one" in info.value.remote_traceback
     assert elapsed < 30
     # The stage was torn down: the session runs the next launch normally.
-    _check_collectives(launch.run(collectives, num_proc=2))
+    _check_collectives(launch.Launcher(num_proc=2).run(collectives))
 
 
 def test_too_many_ranks_fails_at_once_with_slot_arithmetic(spark):
     started = time.monotonic()
     with pytest.raises(SparkmlParError, match=r"num_proc=3 but the cluster has 2 task slots "
                                               r"\(local\[2\]: 2 cores / spark.task.cpus=1\); lower num_proc to 2"):
-        launch.run(collectives, num_proc=3)
+        launch.Launcher(num_proc=3).run(collectives)
     assert time.monotonic() - started < 5
 
 
 def test_rendezvous_timeout_names_the_missing_rank(spark):
     with pytest.raises(launch.LaunchError, match=r"ranks \[1\] of 2 did not reach the Horovod rendezvous "
                                                  r"within 6 s; ranks \[0\] were waiting for them"):
-        launch.run(collectives, num_proc=2, rendezvous_timeout=6, env={STALL_BEFORE_RENDEZVOUS: "1"})
+        launch.Launcher(num_proc=2, rendezvous_timeout=6, env={STALL_BEFORE_RENDEZVOUS: "1"}).run(collectives)
 
 
 def test_a_killed_rank_is_named_not_the_peer_that_lost_it(spark):
     with pytest.raises(launch.LaunchError, match=r"^rank 1 on host 127.0.0.1 died without raising an error \(its "
                                                  r"process exited: killed, out of memory, or a crash in native "
                                                  r"code\) after its last progress record \{'epoch': 3\}") as info:
-        launch.run(die_on_rank_one_in_step_three, num_proc=2)
+        launch.Launcher(num_proc=2).run(die_on_rank_one_in_step_three)
     assert info.value.rank == 1
-    _check_collectives(launch.run(collectives, num_proc=2))
+    _check_collectives(launch.Launcher(num_proc=2).run(collectives))
 
 
 def die_once_on_rank_one(marker: str):
@@ -176,7 +176,7 @@ def die_once_on_rank_one(marker: str):
 
 def test_spark_reruns_the_stage_when_a_rank_process_dies(spark, tmp_path, caplog):
     with caplog.at_level("WARNING", logger="sparkml_par.launch"):
-        results = launch.run(die_once_on_rank_one, str(tmp_path / "killed"), num_proc=2)
+        results = launch.Launcher(num_proc=2).run(die_once_on_rank_one, str(tmp_path / "killed"))
     assert results == [[3.0, 3.0], [3.0, 3.0]]
     assert "attempt 1 of 4: rank 1 on host 127.0.0.1 died without raising an error" in caplog.text
     calls = sorted(p.name.split(".")[1].split("-")[0] for p in tmp_path.glob("killed.rank*"))
@@ -187,16 +187,17 @@ def test_a_stalled_rank_is_named_instead_of_hanging(spark):
     started = time.monotonic()
     with pytest.raises(launch.LaunchError, match=r"ranks \[1\] made no progress for 4 s \(no step, log or "
                                                  r"heartbeat\); the stage was cancelled") as info:
-        launch.run(stall_on_rank_one, num_proc=2, progress_timeout=4)
+        launch.Launcher(num_proc=2, progress_timeout=4).run(stall_on_rank_one)
     assert info.value.rank == 1
     assert time.monotonic() - started < 40
-    _check_collectives(launch.run(collectives, num_proc=2))
+    _check_collectives(launch.Launcher(num_proc=2).run(collectives))
 
 
 def test_rank_output_and_progress_reach_the_driver(spark, caplog):
     records = []
     with caplog.at_level(logging.INFO, logger="sparkml_par.rank"):
-        ranks = launch.run(talk_and_report, num_proc=2, on_progress=lambda rank, rec: records.append((rank, rec)))
+        launcher = launch.Launcher(num_proc=2, on_progress=lambda rank, rec: records.append((rank, rec)))
+        ranks = launcher.run(talk_and_report)
     assert ranks == [0, 1]
     lines = {r.getMessage() for r in caplog.records if r.name == "sparkml_par.rank"}
     assert {"[rank 0] line from rank 0", "[rank 1] line from rank 1"} <= lines
@@ -204,11 +205,25 @@ def test_rank_output_and_progress_reach_the_driver(spark, caplog):
                                                    (1, {"epoch": 1, "rank_seen": 1})]
 
 
+def echo_arguments(name, timeout=None, env=None, num_proc=None):
+    """Takes arguments named like launcher options: they are the function's, not the launcher's."""
+    import horovod.torch as hvd
+
+    return {"rank": hvd.rank(), "name": name, "timeout": timeout, "env": env, "num_proc": num_proc}
+
+
+def test_the_functions_own_arguments_reach_it_untouched(spark):
+    launcher = launch.Launcher(num_proc=2, timeout=300, env={"HOROVOD_CYCLE_TIME": "1"})
+    results = launcher.run(echo_arguments, "job", timeout=5, env={"region": "eu"}, num_proc=7)
+    assert results == [{"rank": rank, "name": "job", "timeout": 5, "env": {"region": "eu"}, "num_proc": 7}
+                       for rank in (0, 1)]
+
+
 def test_invalid_arguments_are_refused(spark):
     with pytest.raises(SparkmlParError, match="num_proc=-1 must be positive"):
-        launch.run(collectives, num_proc=-1)
+        launch.Launcher(num_proc=-1)
     with pytest.raises(SparkmlParError, match="launch mode 'mpi' is not known"):
-        launch.run(collectives, num_proc=2, mode="mpi")
+        launch.Launcher(num_proc=2, mode="mpi")
 
 
 def _scenario(name: str) -> object:
@@ -259,7 +274,7 @@ def abort_natively_on_rank_one(marker: str):
 
 def test_a_native_abort_shows_its_stderr_and_is_not_retried_once_it_repeats(spark, tmp_path):
     with pytest.raises(launch.LaunchError) as info:
-        launch.run(abort_natively_on_rank_one, str(tmp_path / "run"), num_proc=2)
+        launch.Launcher(num_proc=2).run(abort_natively_on_rank_one, str(tmp_path / "run"))
     message = str(info.value)
     assert message.startswith("rank 1 on host 127.0.0.1 died without raising an error")
     assert ("in attempt 2 of 4 with the same error as in attempt 1 (what():  [fake/tcp/pair.cc:210] connect "

@@ -175,6 +175,6 @@ def reinit():
 cfg = load_config("conf/quickstart.yaml", sys.argv[1:])
 with spark_session(cfg.spark) as spark:
     # Horovod's own switch for process sets made after hvd.init(), as its test suite sets it.
-    print(json.dumps(launch.run(reinit, num_proc=2, spark=spark, timeout=240,
-                                env={"HOROVOD_DYNAMIC_PROCESS_SETS": "1"})))
+    print(json.dumps(launch.Launcher(num_proc=2, spark=spark, timeout=240,
+                                     env={"HOROVOD_DYNAMIC_PROCESS_SETS": "1"}).run(reinit)))
 '''

@@ -112,13 +112,13 @@ def test_ten_launches_leak_no_process_thread_socket_or_temporary_file(spark):
     closed, and the rendezvous, up on rank 0's task address while the rank function runs, is closed with it."""
     sc = spark.sparkContext
     rank0_address = sc.getConf().get("spark.driver.host")  # local[N]: tasks run at the driver's address
-    launch.run(allreduce_and_look_around, os.getpid(), num_proc=2, spark=spark)
+    launch.Launcher(num_proc=2, spark=spark).run(allreduce_and_look_around, os.getpid())
     baseline = _snapshot(sc)
     assert baseline["processes"] and baseline["listening TCP sockets"]
 
     opened_during_launches = set()
     for _ in range(LAUNCHES):
-        results = launch.run(allreduce_and_look_around, os.getpid(), num_proc=2, spark=spark)
+        results = launch.Launcher(num_proc=2, spark=spark).run(allreduce_and_look_around, os.getpid())
         assert [r["rank"] for r in results] == [0, 1] and all(r["sum"] == [3.0, 3.0, 3.0] for r in results)
         assert {r["rendezvous"][0] for r in results} == {rank0_address}
         rank0 = results[0]
@@ -152,8 +152,8 @@ def test_rendezvous_listens_on_the_rank0_task_address_only(spark):
     watcher.start()
     try:
         with pytest.raises(launch.LaunchError, match=r"ranks \[1\] of 2 did not reach the Horovod rendezvous"):
-            launch.run(allreduce_and_look_around, os.getpid(), num_proc=2, spark=spark, timeout=30, rendezvous_timeout=5,
-                       env={STALL_BEFORE_RENDEZVOUS: "1"})
+            launch.Launcher(num_proc=2, spark=spark, timeout=30, rendezvous_timeout=5,
+                            env={STALL_BEFORE_RENDEZVOUS: "1"}).run(allreduce_and_look_around, os.getpid())
     finally:
         stop.set()
         watcher.join()

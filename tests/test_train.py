@@ -171,6 +171,20 @@ def test_more_ranks_than_row_groups_is_refused_before_launch(spark, synthetic):
         build_train_job(manifest, f"file://{synthetic}/dataset", cfg, 8)
 
 
+def test_a_monitor_no_rank_reports_is_refused_before_launch(spark, synthetic):
+    manifest = json.loads((synthetic / "dataset" / "_manifest.json").read_text())
+    cfg = _config(synthetic, "monitor", "train.early_stopping.patience=2", "train.early_stopping.monitor=val_acc")
+    with pytest.raises(SparkmlParError, match=r"^train.early_stopping.monitor: 'val_acc' is not a metric of this run; "
+                                              r"choose one of train_loss, train_accuracy, val_loss, val_accuracy, lr"):
+        build_train_job(manifest, f"file://{synthetic}/dataset", cfg, 2)
+    # Without a validation split of a row per rank, the val_* metrics are not reported, and the error says so.
+    small = {**manifest, "splits": {**manifest["splits"], "validation": {**manifest["splits"]["validation"], "rows": 1}}}
+    with pytest.raises(SparkmlParError, match=r"'val_loss' is not a metric of this run \(the dataset's validation "
+                                              r"split has fewer rows than ranks"):
+        build_train_job(small, f"file://{synthetic}/dataset", _config(synthetic, "monitor",
+                                                                      "train.early_stopping.patience=2"), 2)
+
+
 def test_missing_dataset_is_named(spark, tmp_path):
     with pytest.raises(SparkmlParError, match=r"no dataset at data.output=.*nowhere.*run `sparkml-par prepare`"):
         train(spark, load_config(None, [f"data.output={tmp_path}/nowhere"]))

@@ -13,6 +13,7 @@ attempt with a fresh status, and late messages of the failed attempt's connectio
 
 from __future__ import annotations
 
+import copy
 import hmac
 import json
 import logging
@@ -23,7 +24,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 log = logging.getLogger("sparkml_par.rank")
 
@@ -49,6 +50,10 @@ class RankStatus:
     attempt: int = 1
     since: float = field(default_factory=time.monotonic)
 
+    def copy(self) -> "RankStatus":
+        """A copy no handler thread mutates: what the supervisor decides on."""
+        return copy.deepcopy(self)
+
     def first_failure(self) -> dict[str, Any] | None:
         """The failure that arrived first: the others are usually ranks losing their peer in a collective."""
         return min(self.failures.values(), key=lambda f: f["received"], default=None)
@@ -66,29 +71,52 @@ class RankStatus:
         return first is not None and first.get("error", "").startswith(PEER_LOST_ERRORS)
 
 
-class DriverChannel:
-    """Receives rank messages; `on_progress` gets every progress record (e.g. per-epoch metrics)."""
+@dataclass(frozen=True)
+class ChannelSnapshot:
+    """The channel's state at one moment, taken under its lock."""
+    status: RankStatus
+    # The failed attempt's stderr tails, also those that arrived after the next attempt started.
+    previous_stderr_tails: dict[int, list[str]]
 
-    def __init__(self, host: str, on_progress: Callable[[int, dict], None] | None = None, attempts: int = 1):
+
+class DriverChannel:
+    """Receives rank messages. Handler threads only record what arrives; the supervisor reads it through
+    `snapshot()` and `take_progress()` and runs the user's progress callback on its own thread."""
+
+    def __init__(self, host: str, attempts: int = 1):
         self.token = secrets.token_hex(16)
-        self.status = RankStatus()
+        self._status = RankStatus()
         self._attempts = attempts
         self._attempt_max_task_id = -1
         self._stale_below = -1
-        self._on_progress = on_progress
+        self._progress: list[tuple[int, dict]] = []
         self._lock = threading.Lock()
         self._handlers: list[threading.Thread] = []
         self._rendezvous_address: list | None = None
         self._rendezvous_known = threading.Event()
-        # The failed attempt's stderr tails, also those that arrive after the next attempt started.
-        self.previous_stderr_tails: dict[int, list[str]] = {}
+        self._previous_stderr_tails: dict[int, list[str]] = {}
         self._server = _Server((host, 0), _handler_for(self))
         self.address = self._server.server_address[:2]
+        self._closed_down = False
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02},
                                         name="rank-channel", daemon=True)
         self._thread.start()
 
+    def snapshot(self) -> ChannelSnapshot:
+        with self._lock:
+            return ChannelSnapshot(self._status.copy(), copy.deepcopy(self._previous_stderr_tails))
+
+    def take_progress(self) -> list[tuple[int, dict]]:
+        """The (rank, record) progress records that arrived since the last call, in arrival order."""
+        with self._lock:
+            records, self._progress = self._progress, []
+        return records
+
     def close(self) -> None:
+        """Stops listening; called again, does nothing."""
+        if self._closed_down:
+            return
+        self._closed_down = True
         self._server.shutdown()
         self._server.server_close()
         self._thread.join()
@@ -106,8 +134,8 @@ class DriverChannel:
         with self._lock:
             if task_id < self._stale_below:
                 return
-            if rank >= 0 and rank not in self.status.finished and rank not in self.status.failures:
-                self.status.lost[rank] = time.time()
+            if rank >= 0 and rank not in self._status.finished and rank not in self._status.failures:
+                self._status.lost[rank] = time.time()
 
     def _wait_for_rendezvous(self, timeout: float, task_id: int) -> list | None:
         self._rendezvous_known.wait(timeout)
@@ -115,11 +143,11 @@ class DriverChannel:
 
     def _start_next_attempt(self, task_id: int) -> None:
         """Called with the lock held when a rank of a new stage attempt says it started."""
-        if (self.status.failed and self.status.retryable() and self.status.attempt < self._attempts
+        if (self._status.failed and self._status.retryable() and self._status.attempt < self._attempts
                 and task_id > self._attempt_max_task_id):
             self._stale_below = self._attempt_max_task_id + 1
-            self.previous_stderr_tails = dict(self.status.stderr_tails)
-            self.status = RankStatus(attempt=self.status.attempt + 1)
+            self._previous_stderr_tails = dict(self._status.stderr_tails)
+            self._status = RankStatus(attempt=self._status.attempt + 1)
             self._attempt_max_task_id = -1
             self._rendezvous_address = None
             self._rendezvous_known.clear()
@@ -132,33 +160,32 @@ class DriverChannel:
             if kind == "started":
                 self._start_next_attempt(task_id)
             if kind == "stderr_tail":
-                tails = self.previous_stderr_tails if task_id < self._stale_below else self.status.stderr_tails
+                tails = self._previous_stderr_tails if task_id < self._stale_below else self._status.stderr_tails
                 tails[rank] = list(message.get("lines", []))
                 return
             if task_id < self._stale_below:
                 return
-            self.status.last_seen[rank] = now
+            self._status.last_seen[rank] = now
             if kind == "log":
                 log.info("[rank %d] %s", rank, message.get("line", ""))
             elif kind == "started":
-                self.status.started[rank] = now
-                self.status.hosts[rank] = message.get("host", "?")
+                self._status.started[rank] = now
+                self._status.hosts[rank] = message.get("host", "?")
                 self._attempt_max_task_id = max(self._attempt_max_task_id, task_id)
             elif kind == "joining":
-                self.status.joining[rank] = now
+                self._status.joining[rank] = now
             elif kind == "initialized":
-                self.status.initialized[rank] = now
+                self._status.initialized[rank] = now
             elif kind == "finished":
-                self.status.finished[rank] = now
+                self._status.finished[rank] = now
             elif kind == "failed":
-                self.status.failures[rank] = {**message, "received": now}
+                self._status.failures[rank] = {**message, "received": now}
             elif kind == "rendezvous":
                 self._rendezvous_address = list(message["address"])
                 self._rendezvous_known.set()
             elif kind == "progress":
-                self.status.last_progress[rank] = message.get("record", {})
-                if self._on_progress is not None:
-                    self._on_progress(rank, message.get("record", {}))
+                self._status.last_progress[rank] = message.get("record", {})
+                self._progress.append((rank, message.get("record", {})))
 
 
 class _Server(socketserver.ThreadingTCPServer):

@@ -9,6 +9,7 @@ lets Spark rerun the stage instead of cancelling it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -16,7 +17,7 @@ import time
 from typing import Any, Callable, Protocol
 
 from sparkml_par.errors import SparkmlParError
-from sparkml_par.launch.channel import PEER_LOST_ERRORS, DriverChannel, RankStatus
+from sparkml_par.launch.channel import PEER_LOST_ERRORS, ChannelSnapshot, DriverChannel, RankStatus
 from sparkml_par.launch.rank import FAILURE_MARKER
 
 log = logging.getLogger("sparkml_par.launch")
@@ -46,76 +47,134 @@ class Job(Protocol):
     def result(self) -> list[Any]: ...
 
 
-def supervise(job: Job, channel: DriverChannel, num_proc: int, timeout: float, rendezvous_timeout: float,
-              what: str, progress_timeout: float = 0.0, attempts: int = 1,
-              capacity: Callable[[], int] | None = None) -> list[Any]:
-    """Waits for the job; progress_timeout > 0 fails it when an initialized rank sends nothing for that long.
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """What a launch allows: its ranks, attempts and time limits (see supervise)."""
+    what: str  # "barrier stage of 2 ranks", for messages
+    num_proc: int
+    timeout: float
+    rendezvous_timeout: float
+    progress_timeout: float = 0.0
+    attempts: int = 1
 
-    attempts is how many times Spark runs the stage (spark.stage.maxConsecutiveAttempts for a barrier
-    stage); rendezvous and progress timeouts apply to each attempt from its own start. capacity() is the
-    cluster's task slots now: when a rank died with its host, a rerun that no longer fits fails at once
-    instead of waiting for slots that are gone.
+
+@dataclasses.dataclass(frozen=True)
+class Memory:
+    """What the supervisor remembers between looks: when it submitted the job (time.monotonic()), the lines
+    it logged and when it first saw each attempt fail."""
+    submitted: float
+    logged: frozenset[tuple[str, int]] = frozenset()
+    failed_since: tuple[tuple[int, float], ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """What to do after one look: log these lines, and fail with `error` (cancelling the job) when set."""
+    memory: Memory
+    logs: tuple[tuple[int, str], ...] = ()
+    error: LaunchError | None = None
+    # A failed rank's job is cancelled and given a moment to stop before the error is raised.
+    wait_after_cancel: bool = False
+
+
+def supervise(job: Job, channel: DriverChannel, limits: Limits, on_progress: Callable[[int, dict], None],
+              capacity: Callable[[], int] | None = None) -> list[Any]:
+    """Waits for the job, looking at the channel every 0.2 s: snapshot, decide, act.
+
+    Each look hands the progress records that arrived to `on_progress` (user code, run on this thread),
+    takes a snapshot of the channel under its lock, decides in `decide` (a pure function) and acts on the
+    decision: log, or cancel the job and raise. capacity() is the cluster's task slots now: when a rank
+    died with its host, a rerun that no longer fits fails at once instead of waiting for slots that are gone.
     """
-    submitted = time.monotonic()
-    logged: set[tuple[str, int]] = set()
-    failed_since: dict[int, float] = {}
+    decision = Decision(Memory(submitted=time.monotonic()))
     try:
-        while not job.wait(0.2):
-            status = channel.status
-            now = time.monotonic()
-            if status.failed:
-                retrying = status.retryable() and status.attempt < attempts
-                if retrying and ("retry", status.attempt) not in logged:
-                    log.warning("%s, attempt %d of %d: %s; Spark reruns the stage", what, status.attempt,
-                                attempts, str(_failure_error(status)).splitlines()[0])
-                    logged.add(("retry", status.attempt))
-                # A rank that died sends its last stderr lines from a child process: give them a moment.
-                first_seen = failed_since.setdefault(status.attempt, now)
-                if any(rank not in status.stderr_tails for rank in status.lost) and now - first_seen < _TAIL_WAIT:
-                    continue
-                repeated = _repeated_native_error(status, channel.previous_stderr_tails)
-                shrunk = _shrunk_capacity(status, capacity, num_proc, now - first_seen) if retrying else None
-                if retrying and not repeated and shrunk is None:
-                    continue
-                job.cancel()
-                job.wait(10)
-                raise _failure_error(status, attempts, repeated, shrunk)
-            if ("initialized", status.attempt) not in logged and len(status.initialized) == num_proc:
-                hosts = sorted(set(status.hosts.values()))
-                log.info("%s: %d ranks initialized in %.2f s, ranks on %d host%s (%s)", what, num_proc,
-                         now - status.since, len(hosts), "" if len(hosts) == 1 else "s", ", ".join(hosts))
-                logged.add(("initialized", status.attempt))
-            if len(status.initialized) < num_proc and now - status.since > rendezvous_timeout:
-                job.cancel()
-                raise LaunchError(_rendezvous_timeout_message(what, status, num_proc, rendezvous_timeout))
-            if progress_timeout and len(status.initialized) == num_proc:
-                silent = sorted(rank for rank in range(num_proc) if rank not in status.finished
-                                and time.time() - status.last_seen.get(rank, 0.0) > progress_timeout)
-                if silent:
-                    job.cancel()
-                    raise LaunchError(
-                        f"{what}: ranks {silent} made no progress for {progress_timeout:g} s (no step, log or "
-                        f"heartbeat); the stage was cancelled instead of waiting forever. A stalled rank is "
-                        f"usually stuck in I/O or in a collective another rank never joined; raise "
-                        f"train.step_timeout if steps are legitimately that slow", rank=silent[0])
-            if now - submitted > timeout:
-                job.cancel()
-                raise LaunchError(f"{what}: did not finish within timeout={timeout:g} s; the stage was cancelled "
-                                  f"(ranks finished: {sorted(status.finished)})")
+        while decision.error is None and not job.wait(0.2):
+            for rank, record in channel.take_progress():
+                on_progress(rank, record)
+            snapshot = channel.snapshot()
+            slots = capacity() if capacity is not None and snapshot.status.lost else None
+            decision = decide(snapshot, decision.memory, limits, time.monotonic(), time.time(), slots)
+            for level, line in decision.logs:
+                log.log(level, "%s", line)
     except KeyboardInterrupt:
-        log.warning("%s: interrupted, cancelling the ranks", what)
+        log.warning("%s: interrupted, cancelling the ranks", limits.what)
         job.cancel()
         raise
+    except BaseException:  # the progress callback's own error: no rank is left running
+        job.cancel()
+        raise
+    if decision.error is not None:
+        job.cancel()
+        if decision.wait_after_cancel:
+            job.wait(10)
+        raise decision.error
     try:
         return job.result()
     except LaunchError:
         raise
     except Exception as exc:
-        if channel.status.failed:
-            raise _failure_error(channel.status, attempts) from None
+        status = channel.snapshot().status
+        if status.failed:
+            raise _failure_error(status, limits.attempts) from None
         if match := _FAILURE_PATTERN.search(str(exc)):
             raise _rank_error(json.loads(match.group(1))) from None
-        raise LaunchError(f"{what}: failed before any rank reported an error:\n{_python_error(str(exc))}") from exc
+        raise LaunchError(f"{limits.what}: failed before any rank reported an error:\n"
+                          f"{_python_error(str(exc))}") from exc
+
+
+def decide(snapshot: ChannelSnapshot, memory: Memory, limits: Limits, now: float, wall_time: float,
+           slots: int | None) -> Decision:
+    """What one look at the ranks calls for. Pure, so each case is a unit test.
+
+    `now` is time.monotonic() (the clock of submitted, failed_since and status.since), `wall_time` is
+    time.time() (the clock of the ranks' last-seen times), `slots` the cluster's task slots now, or None.
+    """
+    status, what, num_proc = snapshot.status, limits.what, limits.num_proc
+    logged, failed_since = set(memory.logged), dict(memory.failed_since)
+    logs: list[tuple[int, str]] = []
+
+    def decision(error: LaunchError | None = None, wait_after_cancel: bool = False) -> Decision:
+        remembered = dataclasses.replace(memory, logged=frozenset(logged),
+                                         failed_since=tuple(sorted(failed_since.items())))
+        return Decision(remembered, tuple(logs), error, wait_after_cancel)
+
+    if status.failed:
+        retrying = status.retryable() and status.attempt < limits.attempts
+        if retrying and ("retry", status.attempt) not in logged:
+            logs.append((logging.WARNING, f"{what}, attempt {status.attempt} of {limits.attempts}: "
+                                          f"{str(_failure_error(status)).splitlines()[0]}; Spark reruns the stage"))
+            logged.add(("retry", status.attempt))
+        # A rank that died sends its last stderr lines from a child process: give them a moment.
+        waited = now - failed_since.setdefault(status.attempt, now)
+        if any(rank not in status.stderr_tails for rank in status.lost) and waited < _TAIL_WAIT:
+            return decision()
+        repeated = _repeated_native_error(status, snapshot.previous_stderr_tails)
+        # Spark notices a lost executor within seconds: the cluster's slots are asked about for that long.
+        shrunk = (slots if retrying and status.lost and slots is not None and slots < num_proc
+                  and waited <= _CAPACITY_WAIT else None)
+        if retrying and not repeated and shrunk is None:
+            return decision()
+        return decision(_failure_error(status, limits.attempts, repeated, shrunk), wait_after_cancel=True)
+    if ("initialized", status.attempt) not in logged and len(status.initialized) == num_proc:
+        hosts = sorted(set(status.hosts.values()))
+        logs.append((logging.INFO, f"{what}: {num_proc} ranks initialized in {now - status.since:.2f} s, ranks on "
+                                   f"{len(hosts)} host{'' if len(hosts) == 1 else 's'} ({', '.join(hosts)})"))
+        logged.add(("initialized", status.attempt))
+    if len(status.initialized) < num_proc and now - status.since > limits.rendezvous_timeout:
+        return decision(LaunchError(_rendezvous_timeout_message(what, status, num_proc, limits.rendezvous_timeout)))
+    if limits.progress_timeout and len(status.initialized) == num_proc:
+        silent = sorted(rank for rank in range(num_proc) if rank not in status.finished
+                        and wall_time - status.last_seen.get(rank, 0.0) > limits.progress_timeout)
+        if silent:
+            return decision(LaunchError(
+                f"{what}: ranks {silent} made no progress for {limits.progress_timeout:g} s (no step, log or "
+                f"heartbeat); the stage was cancelled instead of waiting forever. A stalled rank is usually "
+                f"stuck in I/O or in a collective another rank never joined; raise train.step_timeout if "
+                f"steps are legitimately that slow", rank=silent[0]))
+    if now - memory.submitted > limits.timeout:
+        return decision(LaunchError(f"{what}: did not finish within timeout={limits.timeout:g} s; the stage was "
+                                    f"cancelled (ranks finished: {sorted(status.finished)})"))
+    return decision()
 
 
 def _rendezvous_timeout_message(what: str, status: RankStatus, num_proc: int, rendezvous_timeout: float) -> str:
@@ -154,16 +213,6 @@ def _repeated_native_error(status: RankStatus, previous_tails: dict[int, list[st
 
 def _masked(line: str) -> str:
     return re.sub(r"\d+", "#", line)
-
-
-def _shrunk_capacity(status: RankStatus, capacity: Callable[[], int] | None, num_proc: int,
-                     waited: float) -> int | None:
-    """The cluster's task slots when a rank died and the rest can no longer hold every rank (its host is
-    gone); None while they can. Spark notices a lost executor within seconds: asked for that long."""
-    if capacity is None or not status.lost or waited > _CAPACITY_WAIT:
-        return None
-    slots = capacity()
-    return slots if slots < num_proc else None
 
 
 def _failure_error(status: RankStatus, attempts: int = 1, repeated: str | None = None,

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from sparkml_par.atomic import replace_directory
 from sparkml_par.contract import CONFIG_COPY, MODEL_DESCRIPTION, MODEL_METRICS, WEIGHTS
 from sparkml_par.errors import SparkmlParError
 from sparkml_par.models.registry import build_from_spec
@@ -34,14 +35,7 @@ def write_model_artifact(directory: str | os.PathLike, state_dict: dict[str, tor
         (staging / MODEL_DESCRIPTION).write_text(json.dumps(description, indent=2, default=str))
         (staging / MODEL_METRICS).write_text(json.dumps(metrics, indent=2))
         (staging / CONFIG_COPY).write_text(config_yaml)
-        if target.exists():
-            retired = target.with_name(f".{target.name}-old")
-            shutil.rmtree(retired, ignore_errors=True)
-            os.replace(target, retired)
-            os.replace(staging, target)
-            shutil.rmtree(retired, ignore_errors=True)
-        else:
-            os.replace(staging, target)
+        replace_directory(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

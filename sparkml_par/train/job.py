@@ -24,6 +24,7 @@ from sparkml_par.spark_jobs import spark_job
 from sparkml_par.storage import check_writable_directory, local_directory, qualify_url
 from sparkml_par.train.checkpoint import checkpoint_fingerprint, newest_checkpoint
 from sparkml_par.train.loop import TrainJob, train_rank
+from sparkml_par.train.metrics import epoch_record_metrics
 
 log = logging.getLogger("sparkml_par.train")
 
@@ -57,6 +58,7 @@ def build_train_job(manifest: dict[str, Any], dataset_url: str, cfg: Config, num
         raise SparkmlParError(f"train.batch_size={cfg.train.batch_size} is smaller than train.num_proc={num_proc}; "
                               f"every rank needs at least one row per batch")
     task = manifest[MANIFEST_TASK]
+    _check_monitor(cfg, task, validation=splits.get("validation", {}).get("rows", 0) >= num_proc)
     outputs = manifest[MANIFEST_NUM_CLASSES] if task == "classification" else 1
     scale = manifest.get(MANIFEST_LABEL_SCALE)
     spec = model_spec(cfg.train.model, cfg.train.model_args, tuple(manifest[MANIFEST_FEATURE_SHAPE]), outputs,
@@ -86,6 +88,19 @@ def build_train_job(manifest: dict[str, Any], dataset_url: str, cfg: Config, num
     )
 
 
+def _check_monitor(cfg: Config, task: str, validation: bool) -> None:
+    """The metric early stopping or the plateau schedule watches must be one the ranks will report."""
+    stopping = cfg.train.early_stopping
+    if stopping.patience <= 0 and cfg.train.scheduler != "plateau":
+        return
+    known = epoch_record_metrics(task, validation)
+    if stopping.monitor not in known:
+        why = "" if validation or not stopping.monitor.startswith("val_") else (
+            " (the dataset's validation split has fewer rows than ranks, so no val_* metric is reported)")
+        raise SparkmlParError(f"train.early_stopping.monitor: {stopping.monitor!r} is not a metric of this run"
+                              f"{why}; choose one of {', '.join(known)}")
+
+
 def train(spark, cfg: Config) -> TrainResult:
     """Trains cfg.train.model on the dataset at cfg.data.output with cfg.train.num_proc Horovod ranks."""
     from data_prep.manifest import read_manifest
@@ -111,10 +126,10 @@ def train(spark, cfg: Config) -> TrainResult:
     epochs_done: list[int] = []
     try:
         with spark_job(spark.sparkContext, "train"):  # the stage is "train: barrier stage of N ranks"
-            results = launch.run(train_rank, job, num_proc=num_proc, mode=cfg.train.launcher,
-                                 use_gpu=cfg.spark.use_gpu, timeout=cfg.train.timeout,
-                                 progress_timeout=cfg.train.step_timeout, spark=spark,
-                                 on_progress=_log_epoch(cfg.train.epochs, epochs_done))
+            launcher = launch.Launcher(num_proc=num_proc, mode=cfg.train.launcher, use_gpu=cfg.spark.use_gpu,
+                                       timeout=cfg.train.timeout, progress_timeout=cfg.train.step_timeout, spark=spark,
+                                       on_progress=_log_epoch(cfg.train.epochs, epochs_done))
+            results = launcher.run(train_rank, job)
     except launch.LaunchError as exc:
         newest = newest_checkpoint(Path(job.output) / "checkpoints")
         where = (f"the newest checkpoint is {newest}: `sparkml-par train` with the same config resumes from it"

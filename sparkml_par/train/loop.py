@@ -1,9 +1,10 @@
 """What each Horovod rank runs: read its shard, train with ring all-reduce, validate, checkpoint.
 
-`train_rank(job)` is handed to the launcher; Horovod is already initialized when it starts. The
-loop is train() -> train_epoch() -> forward_backward(); its state (model, optimizer, schedule, early
-stopping, scaler, RNG of every rank, history) is saved as one checkpoint by rank 0 and restored and
-broadcast on resume, so a resumed run ends with the same weights as an uninterrupted one.
+`train_rank(job)` is handed to the launcher; Horovod is already initialized when it starts. It runs
+`Trainer(job).fit()`: fit() -> _epoch() -> _train_epoch() -> _forward_backward(). The trainer's state
+(model, optimizer, schedule, early stopping, scaler, RNG of every rank, history) is saved as one
+checkpoint by rank 0 and restored and broadcast on resume, so a resumed run ends with the same weights
+as an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,13 +21,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sparkml_par import faults
+from sparkml_par import atomic, faults
 from sparkml_par.config import TrainConfig
 from sparkml_par.contract import MODEL_DIR, TRAIN_METRICS
 from sparkml_par.errors import ConfigError
 from sparkml_par.launch import current_rank
 from sparkml_par.models.registry import build_from_spec
-from sparkml_par.parallel.pipeline import PipelineModel
+from sparkml_par.parallel.staged import StagedModel
 from sparkml_par.train import distributed
 from sparkml_par.train.artifact import write_model_artifact
 from sparkml_par.train.checkpoint import (capture_rng_state, load_latest_checkpoint, restore_rng_state,
@@ -68,119 +68,185 @@ def steps_per_epoch(train_rows: int, batch_size: int, accumulation_steps: int) -
 
 
 def train_rank(job: TrainJob) -> dict[str, Any]:
-    cfg = job.train
-    torch.set_num_threads(cfg.threads_per_rank)
-    rank, size = distributed.rank(), distributed.size()
-    device = torch.device("cuda") if job.use_gpu and torch.cuda.is_available() else torch.device("cpu")
-    _check_precision(cfg, device)
+    """What the launcher runs on every rank: build the trainer, resume, train, test, write the artifact."""
+    return Trainer(job).fit()
 
-    torch.manual_seed(cfg.seed)  # the same initial weights everywhere (rank 0's are broadcast anyway)
-    base = build_from_spec(job.model_spec).to(device)
-    if cfg.sync_batchnorm:
-        base = distributed.convert_sync_batchnorm(base)
-    model = _maybe_pipeline(base, cfg, device)
-    torch.manual_seed(cfg.seed * 1000 + rank)  # dropout differs per rank, reproducibly
 
-    per_rank_batch = max(1, cfg.batch_size // size)
-    steps = steps_per_epoch(job.split_rows["train"], per_rank_batch * size, cfg.accumulation_steps)
-    optimizer = distributed.distributed_optimizer(
-        build_optimizer(model.named_parameters(), cfg, scaled_lr(cfg, size)), model,
-        cfg.fp16_compression, cfg.accumulation_steps)
-    schedule = build_scheduler(optimizer, cfg, steps // cfg.accumulation_steps)
-    stopper = EarlyStopping.from_config(cfg.early_stopping)
-    scaler = torch.amp.GradScaler("cuda") if cfg.precision == "fp16" else None
-    state = _resume(job, base, optimizer, schedule, stopper, scaler, rank)
-    distributed.broadcast_training_state(base, optimizer)
+class Trainer:
+    """One rank's training: everything the loop needs, built once, as typed attributes.
 
-    label_dtype = torch.int64 if job.task == "classification" else torch.float32
-    train_data = ShardBatches(job.splits["train"], rank, size, per_rank_batch, label=job.label, shuffle=cfg.shuffle,
-                              seed=cfg.seed, shuffle_buffer=cfg.shuffle_buffer, cache=cfg.cache, label_dtype=label_dtype)
-    evaluators = {name: ShardBatches(job.splits[name], rank, size, per_rank_batch, label=job.label, shuffle=False,
-                                     seed=cfg.seed, cache=cfg.cache, label_dtype=label_dtype)
-                  for name in ("validation", "test") if job.split_rows.get(name, 0) >= size}
+    Built in a fixed order (seed, model, optimizer, schedule, resume, broadcast, loaders) so that every
+    rank draws the same random numbers as it would in an uninterrupted run.
+    """
 
-    output = Path(job.output)
-    max_steps_reached = False
-    for epoch in range(state.epoch, cfg.epochs):
+    def __init__(self, job: TrainJob):
+        cfg = self.cfg = job.train
+        self.job = job
+        torch.set_num_threads(cfg.threads_per_rank)
+        self.rank, self.size = distributed.rank(), distributed.size()
+        self.device = torch.device("cuda") if job.use_gpu and torch.cuda.is_available() else torch.device("cpu")
+        _check_precision(cfg, self.device)
+
+        torch.manual_seed(cfg.seed)  # the same initial weights everywhere (rank 0's are broadcast anyway)
+        base = build_from_spec(job.model_spec).to(self.device)
+        # The unsplit model: checkpoints and the artifact save its state_dict, whatever the split.
+        self.base = distributed.convert_sync_batchnorm(base) if cfg.sync_batchnorm else base
+        self.model = _maybe_pipeline(self.base, cfg, self.device)
+        torch.manual_seed(cfg.seed * 1000 + self.rank)  # dropout differs per rank, reproducibly
+
+        per_rank_batch = max(1, cfg.batch_size // self.size)
+        self.steps = steps_per_epoch(job.split_rows["train"], per_rank_batch * self.size, cfg.accumulation_steps)
+        self.optimizer = distributed.distributed_optimizer(
+            build_optimizer(self.model.named_parameters(), cfg, scaled_lr(cfg, self.size)), self.model,
+            cfg.fp16_compression, cfg.accumulation_steps)
+        self.schedule = build_scheduler(self.optimizer, cfg, self.steps // cfg.accumulation_steps)
+        self.stopper = EarlyStopping.from_config(cfg.early_stopping)
+        self.scaler = torch.amp.GradScaler("cuda") if cfg.precision == "fp16" else None
+        self.state = self._resume()
+        distributed.broadcast_training_state(self.base, self.optimizer)
+
+        label_dtype = torch.int64 if job.task == "classification" else torch.float32
+        self.train_data = ShardBatches(job.splits["train"], self.rank, self.size, per_rank_batch, label=job.label,
+                                       shuffle=cfg.shuffle, seed=cfg.seed, shuffle_buffer=cfg.shuffle_buffer,
+                                       cache=cfg.cache, label_dtype=label_dtype)
+        self.evaluators = {name: ShardBatches(job.splits[name], self.rank, self.size, per_rank_batch,
+                                              label=job.label, shuffle=False, seed=cfg.seed, cache=cfg.cache,
+                                              label_dtype=label_dtype)
+                           for name in ("validation", "test") if job.split_rows.get(name, 0) >= self.size}
+        self.output = Path(job.output)
+        self.max_steps_reached = False
+
+    def fit(self) -> dict[str, Any]:
+        """Trains the remaining epochs, then tests; rank 0's result also holds the metrics and the artifact."""
+        cfg, state = self.cfg, self.state
+        for epoch in range(state.epoch, cfg.epochs):
+            record = self._epoch(epoch)
+            monitored = _monitored_value(record, cfg)
+            self.schedule.step_epoch(monitored)
+            stop = self.stopper.update(monitored) if monitored is not None else False
+            # One decision for all ranks, even if floating point ever differed between them.
+            stop = distributed.broadcast_object(stop, "early_stop")
+            state.history.append(record)
+            state.epoch = epoch + 1
+            _report(record)
+            last = stop or self.max_steps_reached or state.epoch == cfg.epochs
+            if state.epoch % cfg.checkpoint_every == 0 or last:
+                self._checkpoint()
+            if self.rank == 0:
+                _write_metrics(self.output / TRAIN_METRICS, state.history)
+            if stop or self.max_steps_reached:
+                break
+
+        test_metrics = self._evaluate(self.evaluators["test"]) if "test" in self.evaluators else {}
+        result = {"rank": self.rank, "epochs_run": state.epoch, "global_step": state.global_step}
+        if self.rank == 0:
+            metrics = {"history": state.history, "test": test_metrics,
+                       "stopped_early": bool(state.history) and state.epoch < cfg.epochs and not self.max_steps_reached}
+            artifact = write_model_artifact(self.output / MODEL_DIR, self.base.state_dict(), self.job.description,
+                                            metrics, self.job.config_yaml)
+            result.update(metrics, artifact=str(artifact))
+        return result
+
+    def _epoch(self, epoch: int) -> dict[str, Any]:
+        """One epoch of training and validation: its record (rank-averaged metrics, lr, time, throughput)."""
         started = time.perf_counter()
-        model.train()
-        train_sums, max_steps_reached = _train_epoch(model, optimizer, schedule, scaler, train_data, epoch, steps,
-                                                     cfg, job.task, device, state)
+        self.model.train()
+        train_sums = self._train_epoch(epoch)
         record = {"epoch": epoch + 1, **{f"train_{k}": v for k, v in train_sums.items() if k != "samples"}}
-        if "validation" in evaluators:
-            record.update({f"val_{k}": v for k, v in _evaluate(model, evaluators["validation"], job.task,
-                                                               device, cfg).items() if k != "samples"})
+        if "validation" in self.evaluators:
+            record.update({f"val_{k}": v for k, v in self._evaluate(self.evaluators["validation"]).items()
+                           if k != "samples"})
         elapsed = time.perf_counter() - started
-        record.update({"lr": schedule.current_lr(), "epoch_time": elapsed,
-                       "samples_per_sec": train_sums["samples"] / elapsed, "step": state.global_step})
-        monitored = _monitored_value(record, cfg)
-        schedule.step_epoch(monitored)
-        stop = stopper.update(monitored) if monitored is not None else False
-        # One decision for all ranks, even if floating point ever differed between them.
-        stop = distributed.broadcast_object(stop, "early_stop")
-        state.history.append(record)
-        state.epoch = epoch + 1
-        _report(record)
-        last = stop or max_steps_reached or state.epoch == cfg.epochs
-        if state.epoch % cfg.checkpoint_every == 0 or last:
-            _checkpoint(job, base, optimizer, schedule, stopper, scaler, state, rank)
-        if rank == 0:
-            _write_metrics(output / TRAIN_METRICS, state.history)
-        if stop or max_steps_reached:
-            break
+        record.update({"lr": self.schedule.current_lr(), "epoch_time": elapsed,
+                       "samples_per_sec": train_sums["samples"] / elapsed, "step": self.state.global_step})
+        return record
 
-    test_metrics = (_evaluate(model, evaluators["test"], job.task, device, cfg)
-                    if "test" in evaluators else {})
-    result = {"rank": rank, "epochs_run": state.epoch, "global_step": state.global_step}
-    if rank == 0:
-        metrics = {"history": state.history, "test": test_metrics,
-                   "stopped_early": bool(state.history) and state.epoch < cfg.epochs and not max_steps_reached}
-        artifact = write_model_artifact(output / MODEL_DIR, base.state_dict(), job.description, metrics,
-                                        job.config_yaml)
-        result.update(metrics, artifact=str(artifact))
-    return result
+    def _train_epoch(self, epoch: int) -> dict[str, float]:
+        cfg, task = self.cfg, self.job.task
+        sums = zero_sums(task, self.device)
+        context = current_rank()
+        for index, (x, y) in enumerate(self.train_data.epoch(epoch, self.steps)):
+            if context is not None:
+                context.heartbeat()
+                faults.kill_if_planned(context.slot.rank, epoch + 1, index + 1)
+            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+            sums += self._forward_backward(x, y)
+            if (index + 1) % cfg.accumulation_steps == 0:
+                self._optimizer_step()
+                self.schedule.step_batch()
+                self.state.global_step += 1
+                if cfg.max_steps and self.state.global_step >= cfg.max_steps:
+                    self.max_steps_reached = True
+                    break
+        return finalize(distributed.allreduce_sum(sums, "train_sums"))
 
+    def _forward_backward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        with _autocast(self.cfg, self.device):
+            out = self.model(x)
+            loss = _loss(out, y, self.job.task)
+        scaled = loss / self.cfg.accumulation_steps
+        (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
+        return _sums(out.float(), y, self.job.task)
 
-def _train_epoch(model, optimizer, schedule, scaler, data: ShardBatches, epoch: int, steps: int, cfg: TrainConfig,
-                 task: str, device: torch.device, state: _State) -> tuple[dict[str, float], bool]:
-    sums = zero_sums(task, device)
-    context = current_rank()
-    for index, (x, y) in enumerate(data.epoch(epoch, steps)):
-        if context is not None:
-            context.heartbeat()
-            faults.kill_if_planned(context.slot.rank, epoch + 1, index + 1)
-        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        sums += _forward_backward(model, x, y, task, cfg, scaler, device)
-        if (index + 1) % cfg.accumulation_steps == 0:
-            _optimizer_step(model, optimizer, scaler, cfg)
-            schedule.step_batch()
-            state.global_step += 1
-            if cfg.max_steps and state.global_step >= cfg.max_steps:
-                return finalize(distributed.allreduce_sum(sums, "train_sums")), True
-    return finalize(distributed.allreduce_sum(sums, "train_sums")), False
-
-
-def _forward_backward(model, x, y, task: str, cfg: TrainConfig, scaler, device: torch.device) -> torch.Tensor:
-    with _autocast(cfg, device):
-        out = model(x)
-        loss = _loss(out, y, task)
-    scaled = loss / cfg.accumulation_steps
-    (scaler.scale(scaled) if scaler is not None else scaled).backward()
-    return _sums(out.float(), y, task)
-
-
-def _optimizer_step(model: nn.Module, optimizer, scaler, cfg: TrainConfig) -> None:
-    if cfg.grad_clip > 0:
-        # Clip the averaged gradient: finish the all-reduce first, then step without a second one.
-        optimizer.synchronize()
-        if scaler is not None:
-            scaler.unscale_(optimizer)
-        nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        with optimizer.skip_synchronize():
+    def _optimizer_step(self) -> None:
+        optimizer, scaler = self.optimizer, self.scaler
+        if self.cfg.grad_clip > 0:
+            # Clip the averaged gradient: finish the all-reduce first, then step without a second one.
+            optimizer.synchronize()
+            if scaler is not None:
+                scaler.unscale_(optimizer)
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+            with optimizer.skip_synchronize():
+                _step(optimizer, scaler)
+        else:
             _step(optimizer, scaler)
-    else:
-        _step(optimizer, scaler)
-    optimizer.zero_grad()
+        optimizer.zero_grad()
+
+    @torch.no_grad()
+    def _evaluate(self, data: ShardBatches) -> dict[str, float]:
+        self.model.eval()
+        sums = zero_sums(self.job.task, self.device)
+        for x, y in data.all_rows():
+            x, y = x.to(self.device), y.to(self.device)
+            with _autocast(self.cfg, self.device):
+                out = self.model(x)
+            sums += _sums(out.float(), y, self.job.task)
+        self.model.train()
+        return finalize(distributed.allreduce_sum(sums, "eval_sums"))
+
+    def _resume(self) -> _State:
+        """Rank 0 reads the newest checkpoint; the others get its scalar state here and weights by broadcast."""
+        job, checkpoint = self.job, None
+        if self.rank == 0 and job.train.resume == "auto":
+            checkpoint = load_latest_checkpoint(Path(job.output) / "checkpoints", job.fingerprint)
+            if checkpoint is not None:
+                self.base.load_state_dict(checkpoint["model"])
+                self.optimizer.load_state_dict(checkpoint["optimizer"])
+        shared = distributed.broadcast_object(None if checkpoint is None else {
+            key: checkpoint[key] for key in ("epoch", "global_step", "history", "schedule", "stopper", "scaler", "rng")
+        }, "resume_state")
+        if shared is None:
+            return _State()
+        self.schedule.load_state_dict(shared["schedule"])
+        self.stopper.load_state_dict(shared["stopper"])
+        if self.scaler is not None and shared["scaler"]:
+            self.scaler.load_state_dict(shared["scaler"])
+        if self.rank < len(shared["rng"]):
+            restore_rng_state(shared["rng"][self.rank])
+        print(f"resumed from checkpoint epoch {shared['epoch']} ({job.output}/checkpoints)")
+        return _State(epoch=shared["epoch"], global_step=shared["global_step"], history=list(shared["history"]))
+
+    def _checkpoint(self) -> None:
+        rng = distributed.allgather_object(capture_rng_state(), "rng_state")  # a collective: every rank takes part
+        if self.rank != 0:
+            return
+        state = self.state
+        write_checkpoint_atomically(self.output / "checkpoints", state.epoch, {
+            "fingerprint": self.job.fingerprint, "epoch": state.epoch, "global_step": state.global_step,
+            "history": state.history, "model": self.base.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "schedule": self.schedule.state_dict(), "stopper": self.stopper.state_dict(),
+            "scaler": self.scaler.state_dict() if self.scaler is not None else {}, "rng": rng,
+        }, keep=self.cfg.keep_checkpoints)
 
 
 def _step(optimizer, scaler) -> None:
@@ -189,19 +255,6 @@ def _step(optimizer, scaler) -> None:
     else:
         scaler.step(optimizer)
         scaler.update()
-
-
-@torch.no_grad()
-def _evaluate(model, data: ShardBatches, task: str, device: torch.device, cfg: TrainConfig) -> dict[str, float]:
-    model.eval()
-    sums = zero_sums(task, device)
-    for x, y in data.all_rows():
-        x, y = x.to(device), y.to(device)
-        with _autocast(cfg, device):
-            out = model(x)
-        sums += _sums(out.float(), y, task)
-    model.train()
-    return finalize(distributed.allreduce_sum(sums, "eval_sums"))
 
 
 def _loss(out: torch.Tensor, y: torch.Tensor, task: str) -> torch.Tensor:
@@ -235,8 +288,8 @@ def _maybe_pipeline(model: nn.Module, cfg: TrainConfig, device: torch.device) ->
         devices = [torch.device("cuda", i) for i in range(cfg.pipeline_stages)]
     else:
         devices = [device] * cfg.pipeline_stages
-    return PipelineModel.from_model(model, devices, micro_batches=cfg.micro_batches,
-                                    boundaries=cfg.pipeline_boundaries or None)
+    return StagedModel.from_model(model, devices, micro_batches=cfg.micro_batches,
+                                  boundaries=cfg.pipeline_boundaries or None)
 
 
 def _monitored_value(record: dict[str, Any], cfg: TrainConfig) -> float | None:
@@ -250,41 +303,6 @@ def _monitored_value(record: dict[str, Any], cfg: TrainConfig) -> float | None:
     return float(record[name])
 
 
-def _resume(job: TrainJob, base: nn.Module, optimizer, schedule, stopper, scaler, rank: int) -> _State:
-    """Rank 0 reads the newest checkpoint; the others get its scalar state here and weights by broadcast."""
-    checkpoint = None
-    if rank == 0 and job.train.resume == "auto":
-        checkpoint = load_latest_checkpoint(Path(job.output) / "checkpoints", job.fingerprint)
-        if checkpoint is not None:
-            base.load_state_dict(checkpoint["model"])
-            optimizer.load_state_dict(checkpoint["optimizer"])
-    shared = distributed.broadcast_object(None if checkpoint is None else {
-        key: checkpoint[key] for key in ("epoch", "global_step", "history", "schedule", "stopper", "scaler", "rng")
-    }, "resume_state")
-    if shared is None:
-        return _State()
-    schedule.load_state_dict(shared["schedule"])
-    stopper.load_state_dict(shared["stopper"])
-    if scaler is not None and shared["scaler"]:
-        scaler.load_state_dict(shared["scaler"])
-    if rank < len(shared["rng"]):
-        restore_rng_state(shared["rng"][rank])
-    print(f"resumed from checkpoint epoch {shared['epoch']} ({job.output}/checkpoints)")
-    return _State(epoch=shared["epoch"], global_step=shared["global_step"], history=list(shared["history"]))
-
-
-def _checkpoint(job: TrainJob, base: nn.Module, optimizer, schedule, stopper, scaler, state: _State, rank: int) -> None:
-    rng = distributed.allgather_object(capture_rng_state(), "rng_state")  # a collective: every rank takes part
-    if rank != 0:
-        return
-    write_checkpoint_atomically(Path(job.output) / "checkpoints", state.epoch, {
-        "fingerprint": job.fingerprint, "epoch": state.epoch, "global_step": state.global_step,
-        "history": state.history, "model": base.state_dict(), "optimizer": optimizer.state_dict(),
-        "schedule": schedule.state_dict(), "stopper": stopper.state_dict(),
-        "scaler": scaler.state_dict() if scaler is not None else {}, "rng": rng,
-    }, keep=job.train.keep_checkpoints)
-
-
 def _report(record: dict[str, Any]) -> None:
     context = current_rank()
     if context is not None:
@@ -293,8 +311,5 @@ def _report(record: dict[str, Any]) -> None:
 
 def _write_metrics(path: Path, history: list[dict[str, Any]]) -> None:
     """The whole history, rewritten atomically: after a resume it holds each epoch exactly once."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.tmp")
-    temp.write_text("".join(json.dumps({k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-                                        for k, v in record.items()}) + "\n" for record in history))
-    os.replace(temp, path)
+    atomic.write_text(path, "".join(json.dumps({k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                                                for k, v in record.items()}) + "\n" for record in history))

@@ -63,3 +63,15 @@ def finalize(sums: torch.Tensor) -> dict[str, float]:
         return {"loss": loss_sum / count, "mse": squared / count, "mae": absolute / count, "samples": int(count)}
     raise ValueError(f"expected {len(CLASSIFICATION_SUMS)} classification or {len(REGRESSION_SUMS)} regression "
                      f"sums, got {len(values)}")
+
+
+# Fields of every epoch record besides its metrics (see train.loop.Trainer._epoch).
+EPOCH_FIELDS = ("lr", "epoch_time", "samples_per_sec", "step")
+
+
+def epoch_record_metrics(task: str, validation: bool) -> list[str]:
+    """The names an epoch record holds, and so what train.early_stopping.monitor can watch: train_* always,
+    val_* when the ranks validate (a validation split of at least one row per rank)."""
+    means = ["loss", "accuracy"] if task == "classification" else ["loss", "mse", "mae"]
+    prefixes = ["train_", "val_"] if validation else ["train_"]
+    return [prefix + mean for prefix in prefixes for mean in means] + list(EPOCH_FIELDS)

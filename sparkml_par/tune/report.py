@@ -9,7 +9,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from sparkml_par import atomic
 from sparkml_par.config import Config
 from sparkml_par.tune.space import SearchSpace, apply_params
 from sparkml_par.tune.study import STALE
@@ -59,19 +59,17 @@ def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
 def write_table(rows: list[dict[str, Any]], output: Path) -> tuple[Path, Path]:
     """trials.json (params as a mapping) and trials.csv (one column per param, JSON text for lists)."""
     json_path, csv_path = output / "trials.json", output / "trials.csv"
-    _write_atomically(json_path, json.dumps(rows, indent=2) + "\n")
+    atomic.write_text(json_path, json.dumps(rows, indent=2) + "\n")
     keys = list(dict.fromkeys(key for row in rows for key in row["params"]))
     columns = ["number", "status", "score", "duration_s", *keys, "epochs", "started", "finished", "error", "host",
                "pid"]
-    temp = csv_path.with_name(f".{csv_path.name}.tmp")
-    with temp.open("w", newline="") as handle:
+    with atomic.atomic_path(csv_path) as temp, temp.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, columns, extrasaction="ignore")
         writer.writeheader()
         for row in rows:
             params = {k: (json.dumps(v) if isinstance(v, (list, dict)) else v) for k, v in row["params"].items()}
             error = (row["error"] or "").splitlines()[:1]
             writer.writerow({**row, **params, "error": error[0] if error else ""})
-    os.replace(temp, csv_path)
     return json_path, csv_path
 
 
@@ -81,7 +79,7 @@ def write_best_config(cfg: Config, best: optuna.trial.FrozenTrial, space: Search
     best_cfg = apply_params(cfg, space.decode(best.params))
     header = (f"# Best of the trials in {path.parent}: trial {best.number}, {metric}={best.value:.6g}.\n"
               f"# Train it with: sparkml-par train {path}\n")
-    _write_atomically(path, header + best_cfg.to_yaml())
+    atomic.write_text(path, header + best_cfg.to_yaml())
     return best_cfg
 
 
@@ -117,16 +115,10 @@ def plot_scores(rows: list[dict[str, Any]], metric: str, direction: str, path: P
     axes.grid(alpha=0.3)
     if rows:
         axes.legend(loc="best")
-    temp = path.with_name(f".{path.stem}.tmp.png")
-    figure.savefig(temp)
-    os.replace(temp, path)
+    with atomic.atomic_path(path) as temp:
+        figure.savefig(temp)
     return path
 
-
-def _write_atomically(path: Path, text: str) -> None:
-    temp = path.with_name(f".{path.name}.tmp")
-    temp.write_text(text)
-    os.replace(temp, path)
 
 
 def _iso(seconds: float | None) -> str | None:

@@ -33,7 +33,7 @@ def gpu_binding():
 
 def local_cluster():
     get_or_create_session(SparkConfig(master="local-cluster[2,1,1024]"))
-    return launch.run(describe_rank, num_proc=2)
+    return launch.Launcher(num_proc=2).run(describe_rank)
 
 
 def fake_gpus():
@@ -43,13 +43,13 @@ def fake_gpus():
     os.chmod(script, 0o755)
     get_or_create_session(SparkConfig(master="local-cluster[1,2,1024]", use_gpu=True, gpus_per_executor=2,
                                       gpu_discovery_script=script))
-    return launch.run(gpu_binding, num_proc=2, use_gpu=True)
+    return launch.Launcher(num_proc=2, use_gpu=True).run(gpu_binding)
 
 
 def dynamic_allocation():
     get_or_create_session(SparkConfig(master="local[2]", conf={"spark.dynamicAllocation.enabled": "true"}))
     try:
-        launch.run(describe_rank, num_proc=2)
+        launch.Launcher(num_proc=2).run(describe_rank)
     except SparkmlParError as exc:
         return {"error": str(exc)}
     return {"error": None}

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from sparkml_par.errors import ConfigError
 from sparkml_par.models import build_model
-from sparkml_par.parallel.pipeline import PipelineModel, split_into_stages, to_sequential
+from sparkml_par.parallel.staged import StagedModel, split_into_stages, to_sequential
 
 torch.set_num_threads(1)
 
@@ -28,7 +28,7 @@ def _assert_split_matches(model: nn.Module, shape, num_stages: int, micro_batche
     torch.manual_seed(1)
     x, y = torch.randn(12, *shape), torch.randint(0, 5, (12,))
     split = copy.deepcopy(model)
-    pipeline = PipelineModel(split_into_stages(split, num_stages), devices or ["cpu"] * num_stages, micro_batches)
+    pipeline = StagedModel(split_into_stages(split, num_stages), devices or ["cpu"] * num_stages, micro_batches)
     expected_out, expected_grads = _forward_backward(model, x, y)
     out, grads = _forward_backward(pipeline, x, y)
     torch.testing.assert_close(out, expected_out, rtol=0, atol=1e-6)
@@ -69,7 +69,7 @@ def test_batchnorm_in_training_mode_depends_on_micro_batches():
     model = build_model("mlp", {"hidden": [16], "batchnorm": True}, input_shape=(10,), num_outputs=5)
     _assert_split_matches(model, (10,), 2, 1)
     x = torch.randn(12, 10)
-    pipeline = PipelineModel(split_into_stages(copy.deepcopy(model), 2), ["cpu", "cpu"], micro_batches=4)
+    pipeline = StagedModel(split_into_stages(copy.deepcopy(model), 2), ["cpu", "cpu"], micro_batches=4)
     assert (pipeline(x) - model(x)).abs().max() > 1e-3
 
 
@@ -85,7 +85,7 @@ def test_forward_follows_the_fill_drain_schedule():
             order.append((self.stage, int(x[0, 0]) // 2))  # rows 2i and 2i+1 form micro-batch i
             return x
 
-    pipeline = PipelineModel([Record(s) for s in range(3)], ["cpu"] * 3, micro_batches=4)
+    pipeline = StagedModel([Record(s) for s in range(3)], ["cpu"] * 3, micro_batches=4)
     out = pipeline(torch.arange(8.0).reshape(8, 1))
     assert torch.equal(out, torch.arange(8.0).reshape(8, 1))
     # Tick t runs stage s on micro-batch t - s: stage 0 fills the pipeline while later stages follow.
@@ -107,7 +107,7 @@ def test_stages_share_the_model_layers():
     model = build_model("mlp", {"hidden": [8]}, input_shape=(4,), num_outputs=2)
     stages = split_into_stages(model, 2, boundaries=[2])
     assert stages[0][1] is model[1] and stages[1][1] is model[3]
-    pipeline = PipelineModel(stages, ["cpu", "cpu"])
+    pipeline = StagedModel(stages, ["cpu", "cpu"])
     assert {id(p) for p in pipeline.parameters()} == {id(p) for p in model.parameters()}
 
 
@@ -135,13 +135,13 @@ def test_split_errors(num_stages, boundaries, message):
 def test_one_device_per_stage():
     model = build_model("mlp", {}, input_shape=(4,), num_outputs=2)
     with pytest.raises(ConfigError, match=r"pipeline has 2 stages but 1 devices \(\['cpu'\]\)"):
-        PipelineModel(split_into_stages(model, 2), ["cpu"])
+        StagedModel(split_into_stages(model, 2), ["cpu"])
 
 
 def test_batch_smaller_than_micro_batches():
     torch.manual_seed(0)
     model = build_model("mlp", {"hidden": [8]}, input_shape=(4,), num_outputs=2)
-    pipeline = PipelineModel.from_model(copy.deepcopy(model), ["cpu", "cpu"], micro_batches=8)
+    pipeline = StagedModel.from_model(copy.deepcopy(model), ["cpu", "cpu"], micro_batches=8)
     x = torch.randn(3, 4)
     torch.testing.assert_close(pipeline(x), model(x), rtol=0, atol=1e-6)
 
@@ -173,7 +173,7 @@ def test_pipeline_across_devices_matches_unsplit_model(devices):
     # GPU kernels may sum in another order than the CPU, hence the looser tolerance.
     x, y = torch.randn(12, 10), torch.randint(0, 5, (12,))
     expected_out, expected_grads = _forward_backward(model, x, y)
-    pipeline = PipelineModel.from_model(copy.deepcopy(model), devices, micro_batches=4)
+    pipeline = StagedModel.from_model(copy.deepcopy(model), devices, micro_batches=4)
     out, grads = _forward_backward(pipeline, x, y)
     assert pipeline.stages[-1][0].weight.device.type == "cuda"
     torch.testing.assert_close(out, expected_out, rtol=1e-5, atol=1e-5)

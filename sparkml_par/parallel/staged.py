@@ -1,15 +1,15 @@
 """GPipe-style pipeline (model) parallelism within one rank.
 
 A model that is an `nn.Sequential` (or offers `.as_sequential()`) is cut into consecutive stages,
-each placed on its own device. `PipelineModel.forward` splits a batch into micro-batches and runs them
+each placed on its own device. `StagedModel.forward` splits a batch into micro-batches and runs them
 through the stages on a fill/drain schedule: at clock tick t stage s works on micro-batch t - s, so
 on GPUs (whose kernels launch asynchronously) every stage is busy once the pipeline has filled.
 Autograd records the same graph, so the backward pass runs the schedule in reverse with no extra code
 and the gradients equal those of the unsplit model.
 
 Hybrid parallelism (data parallel across Horovod ranks x pipeline stages within each rank) needs
-nothing here: each rank builds its own `PipelineModel` over its local devices, and the training loop
-wraps `pipeline.named_parameters()` in Horovod's `DistributedOptimizer` as it would for any model.
+nothing here: each rank builds its own `StagedModel` over its local devices, and the training loop
+wraps `staged.named_parameters()` in Horovod's `DistributedOptimizer` as it would for any model.
 Horovod then all-reduces each parameter's gradient across ranks, whichever device the stage holding
 it lives on. The stages share their layers with the original model, so checkpoints and artifacts
 save the original model's `state_dict`, whose keys do not depend on the split.
@@ -96,7 +96,7 @@ def _balanced_boundaries(weights: list[int], num_stages: int) -> list[int]:
     return boundaries[::-1]
 
 
-class PipelineModel(nn.Module):
+class StagedModel(nn.Module):
     """Stages on devices, run GPipe-style over `micro_batches` chunks of each batch.
 
     The output is the concatenation of the micro-batch outputs on the last stage's device, so a
@@ -117,7 +117,7 @@ class PipelineModel(nn.Module):
 
     @classmethod
     def from_model(cls, model: nn.Module, devices: Sequence[torch.device | str], micro_batches: int = 1,
-                   boundaries: list[int] | None = None) -> "PipelineModel":
+                   boundaries: list[int] | None = None) -> "StagedModel":
         """Splits `model` into one stage per device (see `split_into_stages`)."""
         return cls(split_into_stages(to_sequential(model), len(devices), boundaries), devices, micro_batches)
 

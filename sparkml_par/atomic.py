@@ -1,0 +1,54 @@
+"""Local files and directories that appear complete or not at all: written beside, then renamed into place.
+
+For what the project writes with plain file I/O (reports, plots, tables, metrics, run state, the model
+artifact); Hadoop-filesystem outputs have their own staging in `storage`. A rename within one directory
+is atomic on a local or mounted POSIX filesystem, so a reader (or a run killed mid-write) sees the old
+file or the new one, never half of either.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+
+@contextlib.contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """A hidden sibling to write instead of `path`, renamed onto it when the block ends, removed on an error.
+
+    The sibling keeps path's suffix, so writers that pick a format by the name (matplotlib) still do.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(f".{path.stem}.tmp-{uuid.uuid4().hex[:8]}{path.suffix}")
+    try:
+        yield temp
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+
+
+def write_text(path: Path, text: str) -> None:
+    with atomic_path(path) as temp:
+        temp.write_text(text)
+
+
+def replace_directory(staging: Path, target: Path) -> None:
+    """Renames a finished staging directory onto target. An existing target is moved aside first and put
+    back if the rename fails, and deleted only once the new one is in place."""
+    retired = None
+    if target.exists():
+        retired = target.with_name(f".{target.name}-old-{uuid.uuid4().hex[:8]}")
+        os.replace(target, retired)
+    try:
+        os.replace(staging, target)
+    except BaseException:
+        if retired is not None:
+            os.replace(retired, target)
+        raise
+    if retired is not None:
+        shutil.rmtree(retired, ignore_errors=True)

@@ -1,0 +1,45 @@
+"""Local writes that appear complete or not at all (sparkml_par.atomic)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparkml_par import atomic
+
+
+def test_a_file_appears_only_when_its_block_ends(tmp_path):
+    path = tmp_path / "sub" / "plot.png"
+    with atomic.atomic_path(path) as temp:
+        assert temp.parent == path.parent and temp.suffix == ".png" and temp.name.startswith(".")
+        temp.write_bytes(b"new")
+        assert not path.exists()
+    assert path.read_bytes() == b"new" and [p.name for p in path.parent.iterdir()] == ["plot.png"]
+
+
+def test_a_failed_write_keeps_the_old_file_and_leaves_nothing_beside_it(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    atomic.write_text(path, "old\n")
+    with pytest.raises(RuntimeError, match="disk full"):
+        with atomic.atomic_path(path) as temp:
+            temp.write_text("half")
+            raise RuntimeError("disk full")
+    assert path.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["metrics.jsonl"]
+
+
+def test_a_directory_is_replaced_and_the_old_one_deleted(tmp_path):
+    target, staging = tmp_path / "model", tmp_path / ".model-staging"
+    target.mkdir()
+    (target / "weights.pt").write_text("old")
+    staging.mkdir()
+    (staging / "weights.pt").write_text("new")
+    atomic.replace_directory(staging, target)
+    assert (target / "weights.pt").read_text() == "new" and [p.name for p in tmp_path.iterdir()] == ["model"]
+
+
+def test_a_failed_directory_rename_puts_the_old_one_back(tmp_path):
+    target = tmp_path / "model"
+    target.mkdir()
+    (target / "weights.pt").write_text("old")
+    with pytest.raises(FileNotFoundError):
+        atomic.replace_directory(tmp_path / "vanished-staging", target)
+    assert (target / "weights.pt").read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["model"]
