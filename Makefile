@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-stamp
 
-.PHONY: setup quickstart test doctor bench clean
+.PHONY: setup quickstart test lint doctor bench clean
 
 setup: $(STAMP)
 
@@ -23,6 +23,11 @@ quickstart: setup
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# ruff's checks and formatter (configured in pyproject.toml); `ruff format .` fixes what the second one finds.
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 doctor: setup
 	$(VENV)/bin/sparkml-par doctor

@@ -71,7 +71,7 @@ def pyarrow_batches(files: list[str], batch: int) -> Callable[[], int]:
         for path in files:
             for record_batch in pq.ParquetFile(path).iter_batches(batch_size=batch, columns=["features", "label"]):
                 features = record_batch.column(0)
-                x = torch.from_numpy(features.flatten().to_numpy().reshape(len(features), -1))
+                _x = torch.from_numpy(features.flatten().to_numpy().reshape(len(features), -1))  # built, not used
                 y = torch.from_numpy(record_batch.column(1).to_numpy())
                 rows += len(y)
         return rows
@@ -93,7 +93,7 @@ def pyarrow_shuffled(files: list[str], batch: int, seed: int = 0) -> Callable[[]
             order = rng.permutation(len(y))
             x, y = x[order], y[order]
             for start in range(0, len(y), batch):
-                xb, yb = torch.from_numpy(x[start:start + batch]), torch.from_numpy(y[start:start + batch])
+                _xb, yb = torch.from_numpy(x[start:start + batch]), torch.from_numpy(y[start:start + batch])
                 rows += len(yb)
         return rows
     return read

@@ -52,14 +52,14 @@ import statistics
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import Any
-import warnings
 
 from benchmarks import launch as launch_bench
+from benchmarks.launch import BaselineUnavailable, TorchDistributorBaseline, ensure_baseline_venv
 from benchmarks.memory import PeakMemory
 from benchmarks.table import print_table, result_row
-from benchmarks.launch import BaselineUnavailable, TorchDistributorBaseline, ensure_baseline_venv
 
 BENCH_DIR = Path(__file__).resolve().parent
 RESULTS_PATH = BENCH_DIR / "results" / "train.json"
@@ -85,8 +85,8 @@ def prepare_dataset(spark, workdir: Path, name: str, rows: int, features: int, c
     from data_prep.job import prepare
     from data_prep.manifest import read_manifest
     from sparkml_par import storage
-    from sparkml_par.contract import MANIFEST
     from sparkml_par.config import load_config
+    from sparkml_par.contract import MANIFEST
 
     cfg = load_config(None, ["data.source=synthetic", f"data.synthetic.rows={rows}",
                              f"data.synthetic.features={features}", f"data.synthetic.classes={classes}",
@@ -467,8 +467,8 @@ def print_report(rows: list[dict], record: dict) -> None:
     print(f"(i) {record['datasets']['cnn']['train_rows']} train rows, {s['cnn_epochs']} epochs, "
           f"{s['cnn_batch_per_rank']} rows per rank per step; per run: "
           + "; ".join(f"{n} rank(s) " + ", ".join(fmt(v) for v in record["cnn"][n]["measured"]) for n in ("1", "2")))
-    print(f"    the machine's ceiling: independent one-thread torch processes stepping the same CNN, no Spark, "
-          f"Horovod or loader: 1 process " + ", ".join(fmt(v) for v in record["cnn_plain_torch"]["1"])
+    print("    the machine's ceiling: independent one-thread torch processes stepping the same CNN, no Spark, "
+          "Horovod or loader: 1 process " + ", ".join(fmt(v) for v in record["cnn_plain_torch"]["1"])
           + "; 2 processes together " + ", ".join(fmt(v) for v in record["cnn_plain_torch"]["2"])
           + " samples/s. Our scaling relative to that ceiling: "
           + f"{rows[0]['ratio'] / rows[1]['ratio']:.2f}")

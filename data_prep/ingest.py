@@ -19,8 +19,8 @@ import numpy as np
 from data_prep.manifest import hash_parts
 from sparkml_par.config import ColumnSpec, DataConfig
 from sparkml_par.contract import FEATURES, INGEST_ERROR, INTERNAL_COLUMNS, RAW_RECORD, ROW_ID
-from sparkml_par.storage import HadoopFs, qualify_url
 from sparkml_par.errors import SparkmlParError
+from sparkml_par.storage import HadoopFs, qualify_url
 
 IMAGE_EXTENSIONS = ("png", "jpg", "jpeg")
 # Rows of one synthetic block come from one generator seeded by (seed, block index), so the rows do

@@ -12,7 +12,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from data_prep import featurize, manifest as mf
+from data_prep import featurize
+from data_prep import manifest as mf
 from data_prep.ingest import Ingested, ingest, input_fingerprint, parsing_whole_csv_rows
 from data_prep.profile import class_warnings, count_duplicates, drop_duplicates, profile
 from data_prep.split import assign_splits, make_row_ids_unique
@@ -20,15 +21,43 @@ from data_prep.validate import Validated, check_reject_fraction, validate
 from data_prep.write import write_split
 from sparkml_par import storage
 from sparkml_par.config import Config, DataConfig
-from sparkml_par.contract import (FEATURES, FEATURE_PIPELINE_DIR, MANIFEST_CLASSES, MANIFEST_CLASS_COUNTS,
-                                  MANIFEST_CLASS_WARNINGS, MANIFEST_CREATED, MANIFEST_DATA_CONFIG,
-                                  MANIFEST_DUPLICATES, MANIFEST_FEATURE_COLUMN, MANIFEST_FEATURE_PIPELINE,
-                                  MANIFEST_FEATURE_SHAPE, MANIFEST_FINGERPRINT, MANIFEST_FORMAT_VERSION,
-                                  MANIFEST_INPUT_FINGERPRINT, MANIFEST_LABEL, MANIFEST_LABEL_SCALE,
-                                  MANIFEST_MAX_SHARDS, MANIFEST_NUM_CLASSES, MANIFEST_OWNER, MANIFEST_PROFILE,
-                                  MANIFEST_QUARANTINE, MANIFEST_RAW_COLUMNS, MANIFEST_RAW_TYPES, MANIFEST_ROWS_CLEAN,
-                                  MANIFEST_ROWS_IN, MANIFEST_SOURCE, MANIFEST_SPLITS, MANIFEST_SPLIT_KEY,
-                                  MANIFEST_TASK, PROFILE, QUARANTINE_DIR, REJECTED_SUFFIX, ROW_ID, SPLIT, SPLITS)
+from sparkml_par.contract import (
+    FEATURE_PIPELINE_DIR,
+    FEATURES,
+    MANIFEST_CLASS_COUNTS,
+    MANIFEST_CLASS_WARNINGS,
+    MANIFEST_CLASSES,
+    MANIFEST_CREATED,
+    MANIFEST_DATA_CONFIG,
+    MANIFEST_DUPLICATES,
+    MANIFEST_FEATURE_COLUMN,
+    MANIFEST_FEATURE_PIPELINE,
+    MANIFEST_FEATURE_SHAPE,
+    MANIFEST_FINGERPRINT,
+    MANIFEST_FORMAT_VERSION,
+    MANIFEST_INPUT_FINGERPRINT,
+    MANIFEST_LABEL,
+    MANIFEST_LABEL_SCALE,
+    MANIFEST_MAX_SHARDS,
+    MANIFEST_NUM_CLASSES,
+    MANIFEST_OWNER,
+    MANIFEST_PROFILE,
+    MANIFEST_QUARANTINE,
+    MANIFEST_RAW_COLUMNS,
+    MANIFEST_RAW_TYPES,
+    MANIFEST_ROWS_CLEAN,
+    MANIFEST_ROWS_IN,
+    MANIFEST_SOURCE,
+    MANIFEST_SPLIT_KEY,
+    MANIFEST_SPLITS,
+    MANIFEST_TASK,
+    PROFILE,
+    QUARANTINE_DIR,
+    REJECTED_SUFFIX,
+    ROW_ID,
+    SPLIT,
+    SPLITS,
+)
 from sparkml_par.errors import SparkmlParError
 from sparkml_par.spark_jobs import JobName, spark_job
 

@@ -55,21 +55,24 @@ print(cfg.to_yaml())
 
 # COMMAND ----------
 
-from data_prep.job import prepare, summary as prepare_summary
+from data_prep.job import prepare
+from data_prep.job import summary as prepare_summary
 
 prepared = prepare(spark, cfg.data)  # noqa: F821 - the notebook's session
 print(prepare_summary(prepared))
 
 # COMMAND ----------
 
-from sparkml_par.train.job import summary as train_summary, train
+from sparkml_par.train.job import summary as train_summary
+from sparkml_par.train.job import train
 
 trained = train(spark, cfg)  # noqa: F821
 print(train_summary(trained))
 
 # COMMAND ----------
 
-from sparkml_par.infer.score import score_job, summary as score_summary
+from sparkml_par.infer.score import score_job
+from sparkml_par.infer.score import summary as score_summary
 
 scored = score_job(spark, cfg)  # noqa: F821
 print(score_summary(scored))

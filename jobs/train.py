@@ -4,7 +4,8 @@
         jobs/train.py --config conf/quickstart.yaml train.num_proc=8 train.output=/shared/models/digits
 
 (locally: .venv/bin/sparkml-par-submit --master local[2] jobs/train.py --config conf/quickstart.yaml).
-train.output must be a directory the driver and the rank-0 executor share. Exits 2 on a user error, 1 on any other failure.
+train.output must be a directory the driver and the rank-0 executor share. Exits 2 on a user error,
+1 on any other failure.
 """
 
 import sys

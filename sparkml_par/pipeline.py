@@ -20,8 +20,16 @@ from typing import Any, Callable
 
 from sparkml_par import atomic
 from sparkml_par.config import Config, load_config
-from sparkml_par.contract import (CONFIG_COPY, MANIFEST_FINGERPRINT, MANIFEST_QUARANTINE, MANIFEST_ROWS_CLEAN,
-                                  MODEL_DIR, RUN_LOG, SCORE_METRICS, WEIGHTS)
+from sparkml_par.contract import (
+    CONFIG_COPY,
+    MANIFEST_FINGERPRINT,
+    MANIFEST_QUARANTINE,
+    MANIFEST_ROWS_CLEAN,
+    MODEL_DIR,
+    RUN_LOG,
+    SCORE_METRICS,
+    WEIGHTS,
+)
 from sparkml_par.progress import spark_progress
 from sparkml_par.session import spark_session
 from sparkml_par.storage import check_writable_directory, check_writable_url, qualify_url

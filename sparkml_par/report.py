@@ -21,12 +21,30 @@ from typing import Any, Iterable, Optional
 
 from sparkml_par import atomic
 from sparkml_par.config import Config
-from sparkml_par.contract import (MANIFEST, MANIFEST_CLASSES, MANIFEST_CLASS_COUNTS, MANIFEST_CLASS_WARNINGS,
-                                  MANIFEST_CREATED, MANIFEST_DUPLICATES, MANIFEST_FEATURE_SHAPE,
-                                  MANIFEST_NUM_CLASSES, MANIFEST_PROFILE, MANIFEST_QUARANTINE, MANIFEST_ROWS_CLEAN,
-                                  MANIFEST_ROWS_IN, MANIFEST_SOURCE, MANIFEST_SPLITS, MANIFEST_TASK,
-                                  MODEL_DESCRIPTION, MODEL_DIR, MODEL_METRICS, PREDICTION, PROFILE, SCORE_METRICS,
-                                  TRAIN_METRICS)
+from sparkml_par.contract import (
+    MANIFEST,
+    MANIFEST_CLASS_COUNTS,
+    MANIFEST_CLASS_WARNINGS,
+    MANIFEST_CLASSES,
+    MANIFEST_CREATED,
+    MANIFEST_DUPLICATES,
+    MANIFEST_FEATURE_SHAPE,
+    MANIFEST_NUM_CLASSES,
+    MANIFEST_PROFILE,
+    MANIFEST_QUARANTINE,
+    MANIFEST_ROWS_CLEAN,
+    MANIFEST_ROWS_IN,
+    MANIFEST_SOURCE,
+    MANIFEST_SPLITS,
+    MANIFEST_TASK,
+    MODEL_DESCRIPTION,
+    MODEL_DIR,
+    MODEL_METRICS,
+    PREDICTION,
+    PROFILE,
+    SCORE_METRICS,
+    TRAIN_METRICS,
+)
 
 log = logging.getLogger("sparkml_par.report")
 

@@ -10,7 +10,6 @@ import pytest
 from sparkml_par.config import SparkConfig
 from sparkml_par.session import get_or_create_session
 
-
 # Spark's Python workers import functions defined in test modules by name, as executors would import a
 # user's package: put the test directory on their path.
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")]))

@@ -14,8 +14,13 @@ from sparkml_par.config import TrainConfig
 from sparkml_par.errors import SparkmlParError
 from sparkml_par.models import build_model, model_spec
 from sparkml_par.train import checkpoint
-from sparkml_par.train.checkpoint import (capture_rng_state, checkpoint_fingerprint, load_latest_checkpoint,
-                                          restore_rng_state, write_checkpoint_atomically)
+from sparkml_par.train.checkpoint import (
+    capture_rng_state,
+    checkpoint_fingerprint,
+    load_latest_checkpoint,
+    restore_rng_state,
+    write_checkpoint_atomically,
+)
 
 torch.set_num_threads(1)
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from data_prep.score_rows import apply_feature_pipeline
 from data_prep.job import prepare, summary
+from data_prep.score_rows import apply_feature_pipeline
 from sparkml_par.config import DataConfig, SplitConfig, SyntheticConfig, load_config
 from sparkml_par.errors import SparkmlParError
 

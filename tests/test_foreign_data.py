@@ -13,11 +13,11 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import foreign_data
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-import foreign_data
 from data_prep.job import prepare
 from sparkml_par.config import load_config
 from sparkml_par.infer.score import score_job

@@ -11,8 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from sparkml_par.errors import ConfigError, SparkmlParError
-from sparkml_par.models import build_from_spec, build_model, model_spec, register_model, registered_models
-from sparkml_par.models import registry
+from sparkml_par.models import build_from_spec, build_model, model_spec, register_model, registered_models, registry
 
 torch.set_num_threads(1)
 

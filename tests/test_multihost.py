@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from simulated_cluster import SimulatedCluster, unavailable_reason
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(unavailable_reason() is not None,

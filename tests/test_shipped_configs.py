@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import foreign_data
 import pytest
 
-import foreign_data
 from sparkml_par.config import load_config
 from sparkml_par.errors import SparkmlParError
 from sparkml_par.pipeline import run_pipeline

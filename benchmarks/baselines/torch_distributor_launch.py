@@ -22,6 +22,7 @@ import sys
 import time
 
 from baseline_session import build_session
+
 RESULT_PREFIX = "RESULT "
 LAUNCH_PREFIX = "LAUNCH "
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sparkml_par.storage import HadoopFs, clear_leftovers, qualify_url, replace_directory, staging_url
 from sparkml_par.contract import SCORE_METRICS
 from sparkml_par.errors import SparkmlParError
+from sparkml_par.storage import HadoopFs, clear_leftovers, qualify_url, replace_directory
 
 
 def output_url(output: str) -> str:

@@ -20,7 +20,7 @@ from sparkml_par.errors import SparkmlParError
 from sparkml_par.infer import inputs, metrics, publish
 from sparkml_par.infer.arrow_predict import output_schema, predict_batches
 from sparkml_par.spark_jobs import JobName, spark_job
-from sparkml_par.storage import check_writable_url
+from sparkml_par.storage import check_writable_url, staging_url
 
 log = logging.getLogger("sparkml_par.infer")
 
@@ -102,7 +102,7 @@ def _score_job(spark, cfg: Config, step: JobName) -> ScoreResult:
     label = description.get("label_column") if description.get("label_column") in predictions.columns else None
 
     started = time.monotonic()
-    staging = publish.staging_url(url)
+    staging = staging_url(url)
     try:
         step.rename("score: predict and write")
         _run_spark_action(lambda: predictions.write.parquet(staging), source)

@@ -2,9 +2,10 @@
 
 Spark only returns a task's output when the stage ends; users need rank logs, failures and per-epoch
 progress as they happen. The channel also relays rank 0's rendezvous address to the other ranks: a
-Spark barrier `allGather` would do the same but costs about a second (its coordinator polls). The driver listens on its own Spark address (never all interfaces) on an
-ephemeral port for the duration of one launch; each rank connects, proves it belongs to this launch
-with a random token, and sends JSON lines. Nothing received is executed or unpickled.
+Spark barrier `allGather` would do the same but costs about a second (its coordinator polls). The
+driver listens on its own Spark address (never all interfaces) on an ephemeral port for the duration
+of one launch; each rank connects, proves it belongs to this launch with a random token, and sends
+JSON lines. Nothing received is executed or unpickled.
 
 When Spark retries a failed barrier stage, the new attempt's ranks connect to the same channel. Task
 attempt ids only grow, so a "started" with an id above every id of a failed attempt begins the next

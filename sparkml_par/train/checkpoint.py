@@ -83,7 +83,7 @@ def load_latest_checkpoint(directory: str | os.PathLike, fingerprint: dict) -> d
     older complete checkpoint is used. A checkpoint of another model or config is refused, not skipped:
     silently starting over would discard the other run's work.
     """
-    for epoch, path in sorted(_checkpoints(Path(directory)), reverse=True):
+    for _epoch, path in sorted(_checkpoints(Path(directory)), reverse=True):
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as exc:  # any reason a file cannot be read makes it unusable; say which

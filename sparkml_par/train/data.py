@@ -1,10 +1,11 @@
 """Each rank's shard of a petastorm dataset as PyTorch batches; the trainer's only petastorm import.
 
 petastorm's `make_batch_reader` picks the shard (row groups i with i % size == rank) and shuffles
-row-group order (seeded, one worker thread: reproducible); rows arrive as column batches, are mixed in a seeded shuffle buffer, and leave as
-tensors without a per-row Python step (petastorm's row-wise loaders were measured an order of
-magnitude slower). Every rank yields exactly `steps` batches per epoch, re-reading its shard from the
-start when it runs out, so no rank can wait forever in an all-reduce another rank never joins.
+row-group order (seeded, one worker thread: reproducible); rows arrive as column batches, are mixed in
+a seeded shuffle buffer, and leave as tensors without a per-row Python step (petastorm's row-wise
+loaders were measured an order of magnitude slower). Every rank yields exactly `steps` batches per
+epoch, re-reading its shard from the start when it runs out, so no rank can wait forever in an
+all-reduce another rank never joins.
 """
 
 from __future__ import annotations

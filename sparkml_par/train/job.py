@@ -14,9 +14,19 @@ from typing import Any
 
 from sparkml_par import launch
 from sparkml_par.config import Config
-from sparkml_par.contract import (MANIFEST_CLASSES, MANIFEST_FEATURE_PIPELINE, MANIFEST_FEATURE_SHAPE,
-                                  MANIFEST_FINGERPRINT, MANIFEST_LABEL, MANIFEST_LABEL_SCALE, MANIFEST_NUM_CLASSES,
-                                  MANIFEST_RAW_COLUMNS, MANIFEST_RAW_TYPES, MANIFEST_SPLITS, MANIFEST_TASK)
+from sparkml_par.contract import (
+    MANIFEST_CLASSES,
+    MANIFEST_FEATURE_PIPELINE,
+    MANIFEST_FEATURE_SHAPE,
+    MANIFEST_FINGERPRINT,
+    MANIFEST_LABEL,
+    MANIFEST_LABEL_SCALE,
+    MANIFEST_NUM_CLASSES,
+    MANIFEST_RAW_COLUMNS,
+    MANIFEST_RAW_TYPES,
+    MANIFEST_SPLITS,
+    MANIFEST_TASK,
+)
 from sparkml_par.errors import SparkmlParError
 from sparkml_par.launch.slots import check_barrier_launch
 from sparkml_par.models.registry import build_from_spec, model_spec

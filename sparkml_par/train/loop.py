@@ -30,8 +30,12 @@ from sparkml_par.models.registry import build_from_spec
 from sparkml_par.parallel.staged import StagedModel
 from sparkml_par.train import distributed
 from sparkml_par.train.artifact import write_model_artifact
-from sparkml_par.train.checkpoint import (capture_rng_state, load_latest_checkpoint, restore_rng_state,
-                                          write_checkpoint_atomically)
+from sparkml_par.train.checkpoint import (
+    capture_rng_state,
+    load_latest_checkpoint,
+    restore_rng_state,
+    write_checkpoint_atomically,
+)
 from sparkml_par.train.data import ShardBatches
 from sparkml_par.train.early_stopping import EarlyStopping
 from sparkml_par.train.metrics import classification_sums, finalize, regression_sums, zero_sums

@@ -18,8 +18,7 @@ from typing import Any
 
 import numpy as np
 import yaml
-from optuna.distributions import (BaseDistribution, CategoricalDistribution, FloatDistribution,
-                                  IntDistribution)
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
 from sparkml_par.config import Config, ParamSpace, load_config
 from sparkml_par.errors import ConfigError
