@@ -54,17 +54,31 @@ def run_part(name: str) -> dict:
     results.unlink(missing_ok=True)  # a part that stops early must not leave an old file to be read
     tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
     started = time.perf_counter()
-    with subprocess.Popen(command, cwd=REPO, env=os.environ | {"PYTHONUNBUFFERED": "1"}, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as process:
+    with subprocess.Popen(
+        command,
+        cwd=REPO,
+        env=os.environ | {"PYTHONUNBUFFERED": "1"},
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    ) as process:
         for line in process.stdout:
             print(line, end="", flush=True)
             tail.append(line.rstrip("\n"))
-    part = {"name": name, "command": _shell(command), "seconds": time.perf_counter() - started,
-            "exit_code": process.returncode}
+    part = {
+        "name": name,
+        "command": _shell(command),
+        "seconds": time.perf_counter() - started,
+        "exit_code": process.returncode,
+    }
     # Parts exit 1 on a missed target too; only a part that wrote its results ran to the end.
     if not results.exists():
-        return part | {"rows": [result_row(f"{name}: did not run to the end (exit {process.returncode})", None, None,
-                                           "", "higher")], "error": list(tail)}
+        return part | {
+            "rows": [
+                result_row(f"{name}: did not run to the end (exit {process.returncode})", None, None, "", "higher")
+            ],
+            "error": list(tail),
+        }
     return part | {"rows": json.loads(results.read_text())["rows"]}
 
 
@@ -72,35 +86,49 @@ def run_suite(names: list[str], command: str) -> int:
     before = machine.describe()
     started = time.perf_counter()
     parts = [run_part(name) for name in names]
-    record = {"command": command, "machine": before, "load_average_after": machine.describe()["load_average"],
-              "seconds": time.perf_counter() - started, "parts": parts}
+    record = {
+        "command": command,
+        "machine": before,
+        "load_average_after": machine.describe()["load_average"],
+        "seconds": time.perf_counter() - started,
+        "parts": parts,
+    }
     lines = [HEADER, *(cells(row) for part in parts for row in part["rows"])]
     failed = [part for part in parts if "error" in part]
 
     print("\n" + text_table(lines))
     for part in failed:
-        print(f"\n{part['name']} failed: {part['command']} exited with {part['exit_code']}; last lines:\n"
-              + "\n".join(part["error"]))
+        print(
+            f"\n{part['name']} failed: {part['command']} exited with {part['exit_code']}; last lines:\n"
+            + "\n".join(part["error"])
+        )
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     (RESULTS_DIR / "suite.json").write_text(json.dumps(record, indent=1) + "\n")
     (RESULTS_DIR / "suite.md").write_text(suite_markdown(record, lines))
-    print(f"\n{', '.join(names)}: {record['seconds'] / 60:.1f} min; written: {RESULTS_DIR / 'suite.json'}, "
-          f"{RESULTS_DIR / 'suite.md'}")
+    print(
+        f"\n{', '.join(names)}: {record['seconds'] / 60:.1f} min; written: {RESULTS_DIR / 'suite.json'}, "
+        f"{RESULTS_DIR / 'suite.md'}"
+    )
     return 1 if failed else 0
 
 
 def suite_markdown(record: dict, lines: list[tuple[str, ...]]) -> str:
     m = record["machine"]
     out = [
-        "# Benchmark suite", "",
-        f"`{record['command']}`, {m['date']}, {record['seconds'] / 60:.1f} minutes.", "",
+        "# Benchmark suite",
+        "",
+        f"`{record['command']}`, {m['date']}, {record['seconds'] / 60:.1f} minutes.",
+        "",
         f"Machine: nproc {m['nproc']}, {m['ram_gib']:.1f} GiB RAM, {m['cpu']}, {m['os']}, Python {m['python']}; "
         f"load average {_load(m['load_average'])} at the start, {_load(record['load_average_after'])} at the end.",
         "",
-        markdown_table(lines), "",
+        markdown_table(lines),
+        "",
         "Ratios compare figures measured in the same run. Memory: driver = the part's Python driver plus its "
-        "Spark JVM; rank = the largest of its Spark Python workers (where the ranks run), peak RSS in MB.", "",
-        "Parts as run:", "",
+        "Spark JVM; rank = the largest of its Spark Python workers (where the ranks run), peak RSS in MB.",
+        "",
+        "Parts as run:",
+        "",
     ]
     for part in record["parts"]:
         status = f", failed (exit {part['exit_code']})" if "error" in part else ""
@@ -114,17 +142,20 @@ def _load(values: list[float]) -> str:
 
 def _shell(command: list[str]) -> str:
     """The command as typed in the repository root."""
+
     def short(arg: str) -> str:
         path = Path(arg)
         return str(path.relative_to(REPO)) if path.is_absolute() and path.is_relative_to(REPO) else arg
+
     return shlex.join(short(arg) for arg in command)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     parser.add_argument("parts", nargs="*", metavar="PART", help=f"parts to run (default all): {', '.join(PARTS)}")
-    parser.add_argument("--scale", action="store_true",
-                        help="only the cost curve: data_prep's write at 1x, 4x, 16x of 250,000 rows")
+    parser.add_argument(
+        "--scale", action="store_true", help="only the cost curve: data_prep's write at 1x, 4x, 16x of 250,000 rows"
+    )
     return parser
 
 

@@ -59,8 +59,18 @@ def write_petastorm(spark, df, rows: int, features: int, target: Path) -> float:
     """Seconds of data_prep's write of df at target (removed afterwards)."""
     from data_prep.write import write_split
 
-    seconds = _timed(lambda: write_split(spark, df, f"file://{target}", rows, shapes={"features": (features,)},
-                                         row_group_mb=4.0, max_shards=8, split="bench"))
+    seconds = _timed(
+        lambda: write_split(
+            spark,
+            df,
+            f"file://{target}",
+            rows,
+            shapes={"features": (features,)},
+            row_group_mb=4.0,
+            max_shards=8,
+            split="bench",
+        )
+    )
     shutil.rmtree(target)
     return seconds
 
@@ -80,35 +90,45 @@ def measure_writes(spark, rows: int, features: int, repeats: int, workdir: Path)
             petastorm.append(write_petastorm(spark, df, rows, features, workdir / f"petastorm{i}"))
     finally:
         df.unpersist()
-    return {"rows": rows, "plain_s": min(plain), "petastorm_s": min(petastorm),
-            "plain_rows_per_s": rows / min(plain), "petastorm_rows_per_s": rows / min(petastorm)}
+    return {
+        "rows": rows,
+        "plain_s": min(plain),
+        "petastorm_s": min(petastorm),
+        "plain_rows_per_s": rows / min(plain),
+        "petastorm_rows_per_s": rows / min(petastorm),
+    }
 
 
 def measure_job(spark, rows: int, features: int, workdir: Path) -> dict:
     from data_prep.job import prepare
     from sparkml_par.config import DataConfig, SyntheticConfig
 
-    cfg = DataConfig(source="synthetic", synthetic=SyntheticConfig(rows=rows, features=features, classes=10),
-                     output=str(workdir / "dataset"), max_shards=8)
+    cfg = DataConfig(
+        source="synthetic",
+        synthetic=SyntheticConfig(rows=rows, features=features, classes=10),
+        output=str(workdir / "dataset"),
+        max_shards=8,
+    )
     seconds = _timed(lambda: prepare(spark, cfg))
     return {"rows": rows, "seconds": seconds, "rows_per_s": rows / seconds}
 
 
-def measure_scale(spark, base_rows: int, features: int, repeats: int, workdir: Path,
-                  memory: PeakMemory) -> list[dict]:
+def measure_scale(spark, base_rows: int, features: int, repeats: int, workdir: Path, memory: PeakMemory) -> list[dict]:
     """data_prep's write, best of `repeats`, at each of SCALE_FACTORS x base_rows, with the peaks so far."""
     points = []
     for factor in SCALE_FACTORS:
         rows = base_rows * factor
         df = synthetic_rows(spark, rows, features)
         try:
-            seconds = min(write_petastorm(spark, df, rows, features, workdir / f"petastorm{factor}x{i}")
-                          for i in range(repeats))
+            seconds = min(
+                write_petastorm(spark, df, rows, features, workdir / f"petastorm{factor}x{i}") for i in range(repeats)
+            )
         finally:
             df.unpersist()
         memory.sample()
-        points.append({"factor": factor, "rows": rows, "seconds": seconds, "rows_per_s": rows / seconds,
-                       **memory.columns()})
+        points.append(
+            {"factor": factor, "rows": rows, "seconds": seconds, "rows_per_s": rows / seconds, **memory.columns()}
+        )
     for point in points:
         point["seconds_vs_1x"] = point["seconds"] / points[0]["seconds"]
     return points
@@ -120,8 +140,9 @@ def _session(master: str) -> Iterator[tuple]:
     from sparkml_par.config import SparkConfig
     from sparkml_par.session import get_or_create_session
 
-    spark, created = get_or_create_session(SparkConfig(master=master, app_name="sparkml_par convert benchmark",
-                                                       conf={"spark.driver.memory": "4g"}))
+    spark, created = get_or_create_session(
+        SparkConfig(master=master, app_name="sparkml_par convert benchmark", conf={"spark.driver.memory": "4g"})
+    )
     workdir = Path(tempfile.mkdtemp(prefix="convert-bench-"))
     try:
         yield spark, workdir
@@ -143,21 +164,49 @@ def run(args: argparse.Namespace) -> list[dict]:
         full["driver_python_peak_mb"] = memory.python_mb
         job = measure_job(spark, args.job_rows, args.features, workdir)
 
-    rows = [result_row(f"convert: data_prep write, {args.rows:,} x {args.features} floats (rows/s)",
-                       full["petastorm_rows_per_s"], full["plain_rows_per_s"], "df.write.parquet", "higher",
-                       f">= {TARGET:g}x", TARGET),
-            result_row(f"convert: prepare job end to end, {args.job_rows:,} x {args.features} floats (rows/s)",
-                       job["rows_per_s"], None, "", "higher", "reported")]
+    rows = [
+        result_row(
+            f"convert: data_prep write, {args.rows:,} x {args.features} floats (rows/s)",
+            full["petastorm_rows_per_s"],
+            full["plain_rows_per_s"],
+            "df.write.parquet",
+            "higher",
+            f">= {TARGET:g}x",
+            TARGET,
+        ),
+        result_row(
+            f"convert: prepare job end to end, {args.job_rows:,} x {args.features} floats (rows/s)",
+            job["rows_per_s"],
+            None,
+            "",
+            "higher",
+            "reported",
+        ),
+    ]
     rows = [row | memory.columns() for row in rows]
-    record = {"settings": {"rows": args.rows, "small_rows": args.small_rows, "job_rows": args.job_rows,
-                           "features": args.features, "repeats": args.repeats, "master": args.master},
-              "small": small, "full": full, "job": job, "memory": memory.columns(), "rows": rows}
+    record = {
+        "settings": {
+            "rows": args.rows,
+            "small_rows": args.small_rows,
+            "job_rows": args.job_rows,
+            "features": args.features,
+            "repeats": args.repeats,
+            "master": args.master,
+        },
+        "small": small,
+        "full": full,
+        "job": job,
+        "memory": memory.columns(),
+        "rows": rows,
+    }
     _write(args.json, record)
     print_table(rows)
-    print(f"\nbest of {args.repeats} alternating writes each: plain {full['plain_s']:.2f} s, data_prep "
-          f"{full['petastorm_s']:.2f} s; prepare job {job['seconds']:.2f} s. Driver Python peak: "
-          f"{small['driver_python_peak_mb']:.0f} MB after {small['rows']:,} rows, "
-          f"{full['driver_python_peak_mb']:.0f} MB after {full['rows']:,} rows")
+    print(
+        f"\nbest of {args.repeats} alternating writes each: plain {full['plain_s']:.2f} s, data_prep "
+        f"{full['petastorm_s']:.2f} s; prepare job {job['seconds']:.2f} s. Driver Python peak: "
+        f"{small['driver_python_peak_mb']:.0f} MB after {small['rows']:,} rows, "
+        f"{full['driver_python_peak_mb']:.0f} MB after {full['rows']:,} rows"
+    )
     print(f"\nwritten: {args.json}")
     return rows
 
@@ -166,15 +215,44 @@ def run_scale(args: argparse.Namespace) -> list[dict]:
     """The cost curve of data_prep's write; returns its points, also written to args.json."""
     with _session(args.master) as (spark, workdir), PeakMemory() as memory:
         points = measure_scale(spark, args.rows, args.features, args.repeats, workdir, memory)
-    _write(args.json, {"settings": {"rows": args.rows, "features": args.features, "repeats": args.repeats,
-                                    "master": args.master, "factors": list(SCALE_FACTORS)}, "points": points})
+    _write(
+        args.json,
+        {
+            "settings": {
+                "rows": args.rows,
+                "features": args.features,
+                "repeats": args.repeats,
+                "master": args.master,
+                "factors": list(SCALE_FACTORS),
+            },
+            "points": points,
+        },
+    )
     header = ("data_prep write", "rows", "seconds", "rows/s", "seconds vs 1x", "driver peak MB", "worker peak MB")
     print()
-    print(text_table([header, *((f"{p['factor']}x", f"{p['rows']:,}", f"{p['seconds']:.2f}", number(p["rows_per_s"]),
-                                 f"{p['seconds_vs_1x']:.2f}x", number(p["driver_peak_mb"]),
-                                 number(p["rank_peak_mb"])) for p in points)]))
-    print(f"\n{args.features} float features per row; best of {args.repeats} writes per size; peaks are the "
-          "highest so far.")
+    print(
+        text_table(
+            [
+                header,
+                *(
+                    (
+                        f"{p['factor']}x",
+                        f"{p['rows']:,}",
+                        f"{p['seconds']:.2f}",
+                        number(p["rows_per_s"]),
+                        f"{p['seconds_vs_1x']:.2f}x",
+                        number(p["driver_peak_mb"]),
+                        number(p["rank_peak_mb"]),
+                    )
+                    for p in points
+                ),
+            ]
+        )
+    )
+    print(
+        f"\n{args.features} float features per row; best of {args.repeats} writes per size; peaks are the "
+        "highest so far."
+    )
     print(f"\nwritten: {args.json}")
     return points
 
@@ -186,17 +264,24 @@ def _write(path: Path, record: dict) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.convert", description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, help=f"synthetic rows (default {ROWS:,}; with --scale {SCALE_ROWS:,}, "
-                                                 "the 1x of the curve)")
+    parser.add_argument(
+        "--rows", type=int, help=f"synthetic rows (default {ROWS:,}; with --scale {SCALE_ROWS:,}, the 1x of the curve)"
+    )
     parser.add_argument("--small-rows", type=int, default=200_000, help="the smaller run of the memory check")
     parser.add_argument("--job-rows", type=int, help="rows of the prepare job (default --rows)")
     parser.add_argument("--features", type=int, default=32, help="float features per row")
     parser.add_argument("--repeats", type=int, default=2, help="alternating writes per writer; the best is kept")
     parser.add_argument("--master", default="local[2]", help="Spark master")
-    parser.add_argument("--scale", action="store_true",
-                        help=f"only data_prep's write, at {', '.join(f'{f}x' for f in SCALE_FACTORS)} of --rows")
-    parser.add_argument("--json", type=Path, help="where to write the results (default benchmarks/results/"
-                                                  "convert.json; with --scale convert_scale.json)")
+    parser.add_argument(
+        "--scale",
+        action="store_true",
+        help=f"only data_prep's write, at {', '.join(f'{f}x' for f in SCALE_FACTORS)} of --rows",
+    )
+    parser.add_argument(
+        "--json",
+        type=Path,
+        help="where to write the results (default benchmarks/results/convert.json; with --scale convert_scale.json)",
+    )
     return parser
 
 

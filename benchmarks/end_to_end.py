@@ -28,8 +28,13 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS_PATH = REPO / "benchmarks" / "results" / "end_to_end.json"
 CONF = REPO / "conf" / "quickstart.yaml"
 # Every path of the config, as section.key -> directory name inside the temporary directory.
-OUTPUTS = {"data.output": "dataset", "train.output": "model", "score.output": "predictions", "tune.output": "tune",
-           "output.run_dir": "run"}
+OUTPUTS = {
+    "data.output": "dataset",
+    "train.output": "model",
+    "score.output": "predictions",
+    "tune.output": "tune",
+    "output.run_dir": "run",
+}
 
 
 def cli() -> Path:
@@ -42,8 +47,14 @@ def cli() -> Path:
 
 def run_pipeline(conf: Path, overrides: list[str], workdir: Path) -> tuple[float, PeakMemory, dict]:
     """(wall seconds, the process tree's peaks, stages.json) of one run with its outputs under workdir."""
-    command = [str(cli()), "run", "--quiet", str(conf),
-               *(f"{key}={workdir / name}" for key, name in OUTPUTS.items()), *overrides]
+    command = [
+        str(cli()),
+        "run",
+        "--quiet",
+        str(conf),
+        *(f"{key}={workdir / name}" for key, name in OUTPUTS.items()),
+        *overrides,
+    ]
     log = workdir / "cli.log"
     with log.open("w") as out:
         started = time.perf_counter()
@@ -69,13 +80,21 @@ def run(args: argparse.Namespace) -> list[dict]:
     part = " ".join(["end to end: sparkml-par run", str(conf), *args.overrides]) + " (s)"
     rows = [result_row(part, seconds, None, "", "lower", "reported") | memory.columns()]
     stage_seconds = {name: record["seconds"] for name, record in stages.items()}
-    record = {"settings": {"conf": str(args.conf), "overrides": args.overrides}, "seconds": seconds,
-              "stage_seconds": stage_seconds, "memory": memory.columns(), "rows": rows}
+    record = {
+        "settings": {"conf": str(args.conf), "overrides": args.overrides},
+        "seconds": seconds,
+        "stage_seconds": stage_seconds,
+        "memory": memory.columns(),
+        "rows": rows,
+    }
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(record, indent=2) + "\n")
     print_table(rows)
-    print("\nstages: " + ", ".join(f"{name} {value:.1f} s" for name, value in stage_seconds.items())
-          + f"; start-up (Python, Spark JVM) and shut-down {seconds - sum(stage_seconds.values()):.1f} s")
+    print(
+        "\nstages: "
+        + ", ".join(f"{name} {value:.1f} s" for name, value in stage_seconds.items())
+        + f"; start-up (Python, Spark JVM) and shut-down {seconds - sum(stage_seconds.values()):.1f} s"
+    )
     print(f"\nwritten: {args.json}")
     return rows
 

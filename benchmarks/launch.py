@@ -56,12 +56,17 @@ ALLREDUCE_TARGET_MIN_MB = 16
 # ---------------------------------------------------------------------------------------------------------
 # Functions that run inside the ranks (module level, so Spark and multiprocessing can import them)
 
+
 def report_init_time() -> dict:
     """The trivial launched function: Horovod is up when it starts."""
     import horovod.torch as hvd
 
-    return {"rank": hvd.rank(), "initialized": time.time(), "pid": os.getpid(),
-            "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
+    return {
+        "rank": hvd.rank(),
+        "initialized": time.time(),
+        "pid": os.getpid(),
+        "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+    }
 
 
 def time_horovod_allreduce(sizes_mb: list[int], reps: int) -> dict:
@@ -109,6 +114,7 @@ def _torch_gloo_rank(rank: int, world: int, port: int, iface: str, sizes_mb: lis
 # ---------------------------------------------------------------------------------------------------------
 # Measurements
 
+
 class _EventLog:
     """Times at which the driver received each rank's lifecycle events, per launch.
 
@@ -145,6 +151,7 @@ class _EventLog:
 
 def _phases(called: float, events: list[tuple[float, int, str]], rank_records: list[dict], returned: float) -> dict:
     """Seconds after the call at which the first or last rank reached each phase (rendezvous: rank 0)."""
+
     def last(kind: str) -> float | None:
         times = [t for t, _, k in events if k == kind]
         return max(times) - called if times else None
@@ -174,11 +181,14 @@ def time_our_launch(spark, num_proc: int, env: dict[str, str], events: _EventLog
         records = launch.Launcher(num_proc=num_proc, mode="barrier", spark=spark, env=env).run(report_init_time)
         returned = time.time()
     return _phases(called, events.launches[-1], records, returned) | {
-        "rank_maxrss_kb": [r["maxrss_kb"] for r in records], "rank_pids": [r["pid"] for r in records]}
+        "rank_maxrss_kb": [r["maxrss_kb"] for r in records],
+        "rank_pids": [r["pid"] for r in records],
+    }
 
 
 def measure_bare_barrier_stage(sc, num_proc: int, reps: int) -> dict:
     """The Spark floor under any barrier launcher: an empty barrier stage, and one with a single allGather."""
+
     def empty(_rows):
         yield time.time()
 
@@ -216,9 +226,14 @@ def time_torch_gloo_allreduce_block(num_proc: int, sizes_mb: list[int], reps: in
     context = mp.get_context("spawn")
     out = context.Queue()
     port = _free_port()
-    processes = [context.Process(target=_torch_gloo_rank, daemon=True,
-                                 args=(rank, num_proc, port, interface_for(LOOPBACK), sizes_mb, reps, out))
-                 for rank in range(num_proc)]
+    processes = [
+        context.Process(
+            target=_torch_gloo_rank,
+            daemon=True,
+            args=(rank, num_proc, port, interface_for(LOOPBACK), sizes_mb, reps, out),
+        )
+        for rank in range(num_proc)
+    ]
     for process in processes:
         process.start()
     records = [out.get(timeout=600) for _ in processes]
@@ -246,7 +261,10 @@ def measure_copy(sizes_mb: list[int], reps: int) -> dict:
                 dst.copy_(src)
                 if rep:
                     times.append(time.perf_counter() - started)
-            out[str(size_mb)] = {"median_s": statistics.median(times), "gb_per_s": size_mb * MB / statistics.median(times) / 1e9}
+            out[str(size_mb)] = {
+                "median_s": statistics.median(times),
+                "gb_per_s": size_mb * MB / statistics.median(times) / 1e9,
+            }
         return out
     finally:
         torch.set_num_threads(threads)
@@ -260,13 +278,20 @@ def _allreduce_summary(blocks: list[list[dict]], sizes_mb: list[int], num_proc: 
         key = str(size_mb)
         per_rep = [max(times) for records in blocks for times in zip(*(r["seconds"][key] for r in records))]
         median = statistics.median(per_rep)
-        out[key] = {"median_s": median, "gb_per_s": size_mb * MB / median / 1e9,
-                    "min_s": min(per_rep), "max_s": max(per_rep), "samples": len(per_rep), "ranks": num_proc}
+        out[key] = {
+            "median_s": median,
+            "gb_per_s": size_mb * MB / median / 1e9,
+            "min_s": min(per_rep),
+            "max_s": max(per_rep),
+            "samples": len(per_rep),
+            "ranks": num_proc,
+        }
     return out
 
 
 # ---------------------------------------------------------------------------------------------------------
 # The TorchDistributor baseline in its own virtual environment
+
 
 class BaselineUnavailable(RuntimeError):
     pass
@@ -281,19 +306,25 @@ def ensure_baseline_venv(venv: Path = BASELINE_VENV, rebuild: bool = False) -> P
     print(f"creating the TorchDistributor baseline environment in {venv} (once; a few minutes) ...", flush=True)
     _check_call([sys.executable, "-m", "venv", "--clear", str(venv)], "create the baseline venv")
     report = venv / "pip-plan.json"
-    _check_call([str(python), "-m", "pip", "install", "--quiet", "--dry-run", "--report", str(report),
-                 *BASELINE_REQUIREMENTS], "resolve the baseline requirements")
+    _check_call(
+        [str(python), "-m", "pip", "install", "--quiet", "--dry-run", "--report", str(report), *BASELINE_REQUIREMENTS],
+        "resolve the baseline requirements",
+    )
     plan = {item["metadata"]["name"].lower(): item for item in json.loads(report.read_text())["install"]}
     torch_url = plan.get("torch", {}).get("download_info", {}).get("url", "")
     gpu_packages = sorted(name for name in plan if name.startswith(("nvidia-", "cuda-", "triton")))
     if not torch_url.startswith("file:") or gpu_packages:
         raise BaselineUnavailable(
             f"pip would install torch from {torch_url or 'nowhere'} with {gpu_packages or 'no'} GPU packages; "
-            f"the baseline needs the CPU torch 2.13.0 wheel on disk (pip's find-links, e.g. /opt/wheels)")
-    _check_call([str(python), "-m", "pip", "install", "--quiet", *BASELINE_REQUIREMENTS],
-                "install the baseline requirements")
-    _check_call([str(python), "-c", "import pandas, pyarrow, pyspark.ml.torch.distributor, torch"],
-                "import the baseline's packages")
+            f"the baseline needs the CPU torch 2.13.0 wheel on disk (pip's find-links, e.g. /opt/wheels)"
+        )
+    _check_call(
+        [str(python), "-m", "pip", "install", "--quiet", *BASELINE_REQUIREMENTS], "install the baseline requirements"
+    )
+    _check_call(
+        [str(python), "-c", "import pandas, pyarrow, pyspark.ml.torch.distributor, torch"],
+        "import the baseline's packages",
+    )
     ready.write_text(json.dumps({name: item["metadata"]["version"] for name, item in sorted(plan.items())}, indent=1))
     return python
 
@@ -307,8 +338,15 @@ class TorchDistributorBaseline:
         self.command = [str(python), str(script), "--serve", "--num-proc", str(num_proc)]
         self._timeout = timeout
         self._stderr = tempfile.TemporaryFile("w+")
-        self._process = subprocess.Popen(self.command, env=env, cwd=BENCH_DIR, text=True, stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=self._stderr)
+        self._process = subprocess.Popen(
+            self.command,
+            env=env,
+            cwd=BENCH_DIR,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+        )
         self._lines: queue.Queue = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -355,7 +393,7 @@ class TorchDistributorBaseline:
                 self._process.wait()
                 raise self._failure(f"exited with {self._process.returncode} before {prefix.strip()}")
             if line.startswith(prefix):
-                return line[len(prefix):]
+                return line[len(prefix) :]
 
     def _failure(self, what: str) -> BaselineUnavailable:
         self._stderr.seek(0)
@@ -375,6 +413,7 @@ def _check_call(command: list[str], what: str) -> None:
 # ---------------------------------------------------------------------------------------------------------
 # The run, the table, the JSON
 
+
 def run(args: argparse.Namespace) -> list[dict]:
     """Measures everything and returns the table's rows; the full record goes to args.json.
 
@@ -384,16 +423,25 @@ def run(args: argparse.Namespace) -> list[dict]:
     sizes_mb = sorted(set(args.sizes_mb))
     env = _horovod_env(args.horovod_env)
     tuned = _horovod_env([pair for pair in args.tuned.split(",") if pair.strip()])
-    record: dict[str, Any] = {"settings": {
-        "reps": args.reps, "allreduce_reps": args.allreduce_reps, "rounds": args.rounds, "sizes_mb": sizes_mb,
-        "num_proc": args.num_proc, "horovod_env": env, "tuned_horovod_env": tuned}}
+    record: dict[str, Any] = {
+        "settings": {
+            "reps": args.reps,
+            "allreduce_reps": args.allreduce_reps,
+            "rounds": args.rounds,
+            "sizes_mb": sizes_mb,
+            "num_proc": args.num_proc,
+            "horovod_env": env,
+            "tuned_horovod_env": tuned,
+        }
+    }
 
     baseline = _start_baseline(args, record)  # its JVM starts and warms up while ours does
     from sparkml_par.config import SparkConfig
     from sparkml_par.session import get_or_create_session
 
-    spark, created = get_or_create_session(SparkConfig(master=f"local[{args.num_proc}]",
-                                                       app_name="sparkml_par launch benchmark"))
+    spark, created = get_or_create_session(
+        SparkConfig(master=f"local[{args.num_proc}]", app_name="sparkml_par launch benchmark")
+    )
     try:
         with PeakMemory() as memory:
             events = _EventLog()
@@ -423,11 +471,13 @@ def run(args: argparse.Namespace) -> list[dict]:
             for _ in range(args.rounds):
                 gloo_blocks.append(time_torch_gloo_allreduce_block(args.num_proc, sizes_mb, args.allreduce_reps))
                 for name, variant_env in variants.items():
-                    horovod_blocks[name].append(time_horovod_allreduce_block(
-                        spark, args.num_proc, sizes_mb, args.allreduce_reps, variant_env))
+                    horovod_blocks[name].append(
+                        time_horovod_allreduce_block(spark, args.num_proc, sizes_mb, args.allreduce_reps, variant_env)
+                    )
             record["torch_gloo_allreduce"] = _allreduce_summary(gloo_blocks, sizes_mb, args.num_proc)
-            record["horovod_allreduce"] = {name: _allreduce_summary(blocks, sizes_mb, args.num_proc)
-                                           for name, blocks in horovod_blocks.items()}
+            record["horovod_allreduce"] = {
+                name: _allreduce_summary(blocks, sizes_mb, args.num_proc) for name, blocks in horovod_blocks.items()
+            }
             record["copy"] = measure_copy(sizes_mb, args.allreduce_reps * args.rounds)
             record["bare_barrier_stage"] = measure_bare_barrier_stage(spark.sparkContext, args.num_proc, args.reps)
     finally:
@@ -460,8 +510,9 @@ def _start_baseline(args: argparse.Namespace, record: dict) -> TorchDistributorB
     return TorchDistributorBaseline(python, args.num_proc)
 
 
-def baseline_step(baseline: TorchDistributorBaseline | None, record: dict, step,
-                  error_key: str = "torch_distributor_error"):
+def baseline_step(
+    baseline: TorchDistributorBaseline | None, record: dict, step, error_key: str = "torch_distributor_error"
+):
     """One request to the baseline; on failure the error is recorded and the run goes on without it."""
     if baseline is None or record.get(error_key):
         return None
@@ -477,30 +528,64 @@ def baseline_step(baseline: TorchDistributorBaseline | None, record: dict, step,
 def _rows(record: dict, sizes_mb: list[int]) -> list[dict]:
     ours, td = record["our_launch"]["median"], (record["torch_distributor"] or {}).get("median")
     rows = [
-        result_row("launch: call -> every rank past init (s)", ours["all_past_init"], td and td["init_s"],
-                   "TorchDistributor", "lower", f"<= {LAUNCH_TARGET:g}x", LAUNCH_TARGET),
-        result_row("launch: whole call, trivial fn (s)", ours["returned"], td and td["total_s"], "TorchDistributor",
-                   "lower"),
+        result_row(
+            "launch: call -> every rank past init (s)",
+            ours["all_past_init"],
+            td and td["init_s"],
+            "TorchDistributor",
+            "lower",
+            f"<= {LAUNCH_TARGET:g}x",
+            LAUNCH_TARGET,
+        ),
+        result_row(
+            "launch: whole call, trivial fn (s)", ours["returned"], td and td["total_s"], "TorchDistributor", "lower"
+        ),
     ]
     gloo, copy = record["torch_gloo_allreduce"], record["copy"]
     for variant, hvd in record["horovod_allreduce"].items():
         for size_mb in sizes_mb:
             key = str(size_mb)
-            target = (f">= {ALLREDUCE_TARGET:g}x", ALLREDUCE_TARGET) if size_mb >= ALLREDUCE_TARGET_MIN_MB else ("", None)
-            rows.append(result_row(f"launch: all-reduce {size_mb} MB f32 ({variant}) (GB/s)",
-                                   hvd[key]["gb_per_s"], gloo[key]["gb_per_s"], "torch.distributed gloo", "higher",
-                                   *target))
+            target = (
+                (f">= {ALLREDUCE_TARGET:g}x", ALLREDUCE_TARGET) if size_mb >= ALLREDUCE_TARGET_MIN_MB else ("", None)
+            )
+            rows.append(
+                result_row(
+                    f"launch: all-reduce {size_mb} MB f32 ({variant}) (GB/s)",
+                    hvd[key]["gb_per_s"],
+                    gloo[key]["gb_per_s"],
+                    "torch.distributed gloo",
+                    "higher",
+                    *target,
+                )
+            )
     for size_mb in sizes_mb:
-        rows.append(result_row(f"launch: copy {size_mb} MB, one process (GB/s)", copy[str(size_mb)]["gb_per_s"],
-                               None, "", "higher"))
-    rank_rss = max([kb for hvd in record["horovod_allreduce"].values() for kb in hvd["rank_maxrss_kb"]]
-                   + record["our_launch"]["reps"][-1]["rank_maxrss_kb"])
-    rows.append(result_row("launch: peak RSS, driver Python (MB)", record["memory"]["driver_python_peak_mb"],
-                           td and record["torch_distributor"]["driver_maxrss_kb"] / 1024, "TorchDistributor driver",
-                           "lower"))
-    rows.append(result_row("launch: peak RSS, largest rank (MB)", rank_rss / 1024,
-                           max(record["torch_gloo_allreduce"]["rank_maxrss_kb"]) / 1024, "torch.distributed gloo rank",
-                           "lower"))
+        rows.append(
+            result_row(
+                f"launch: copy {size_mb} MB, one process (GB/s)", copy[str(size_mb)]["gb_per_s"], None, "", "higher"
+            )
+        )
+    rank_rss = max(
+        [kb for hvd in record["horovod_allreduce"].values() for kb in hvd["rank_maxrss_kb"]]
+        + record["our_launch"]["reps"][-1]["rank_maxrss_kb"]
+    )
+    rows.append(
+        result_row(
+            "launch: peak RSS, driver Python (MB)",
+            record["memory"]["driver_python_peak_mb"],
+            td and record["torch_distributor"]["driver_maxrss_kb"] / 1024,
+            "TorchDistributor driver",
+            "lower",
+        )
+    )
+    rows.append(
+        result_row(
+            "launch: peak RSS, largest rank (MB)",
+            rank_rss / 1024,
+            max(record["torch_gloo_allreduce"]["rank_maxrss_kb"]) / 1024,
+            "torch.distributed gloo rank",
+            "lower",
+        )
+    )
     return rows
 
 
@@ -511,38 +596,47 @@ def _print_report(rows: list[dict], record: dict) -> None:
     print_table(rows)
 
     settings = record["settings"]
-    print(f"\nmedians of {settings['reps']} launches each (after one warm-up), TorchDistributor and ours alternating; "
-          f"all-reduce: {settings['rounds']} rounds x {settings['allreduce_reps']} per size, torch gloo and Horovod "
-          f"blocks alternating, slowest rank per repetition; {settings['num_proc']} ranks on "
-          f"local[{settings['num_proc']}], loopback, 1 torch thread per rank. Horovod settings for every launch: "
-          f"{settings['horovod_env'] or 'launcher defaults'}; rows marked with a setting add it for that all-reduce")
+    print(
+        f"\nmedians of {settings['reps']} launches each (after one warm-up), TorchDistributor and ours alternating; "
+        f"all-reduce: {settings['rounds']} rounds x {settings['allreduce_reps']} per size, torch gloo and Horovod "
+        f"blocks alternating, slowest rank per repetition; {settings['num_proc']} ranks on "
+        f"local[{settings['num_proc']}], loopback, 1 torch thread per rank. Horovod settings for every launch: "
+        f"{settings['horovod_env'] or 'launcher defaults'}; rows marked with a setting add it for that all-reduce"
+    )
     if record.get("torch_distributor_error"):
         print(f"TorchDistributor baseline: {record['torch_distributor_error'].splitlines()[0]}")
     elif record["torch_distributor"]:
         versions = record["torch_distributor"]["versions"]
-        print("TorchDistributor ran in benchmarks/.venv-baseline: "
-              + ", ".join(f"{k} {v}" for k, v in versions.items()))
+        print(
+            "TorchDistributor ran in benchmarks/.venv-baseline: " + ", ".join(f"{k} {v}" for k, v in versions.items())
+        )
 
     print("\nlaunch phases (median s after the call; 'last rank' unless noted):")
     phases = record["our_launch"]["median"]
-    labels = [("first_task_started", "first task running the rank wrapper"),
-              ("all_tasks_started", "every task running the rank wrapper"),
-              ("rendezvous_up", "rank 0's rendezvous server up"),
-              ("all_joining", "every rank entering hvd.init()"),
-              ("first_initialized_seen_by_driver", "driver has heard the first rank's 'initialized'"),
-              ("all_past_init", "every rank past hvd.init() (rank clock)"),
-              ("all_initialized_seen_by_driver", "driver has heard every 'initialized'"),
-              ("returned", "Launcher.run returned")]
+    labels = [
+        ("first_task_started", "first task running the rank wrapper"),
+        ("all_tasks_started", "every task running the rank wrapper"),
+        ("rendezvous_up", "rank 0's rendezvous server up"),
+        ("all_joining", "every rank entering hvd.init()"),
+        ("first_initialized_seen_by_driver", "driver has heard the first rank's 'initialized'"),
+        ("all_past_init", "every rank past hvd.init() (rank clock)"),
+        ("all_initialized_seen_by_driver", "driver has heard every 'initialized'"),
+        ("returned", "Launcher.run returned"),
+    ]
     for key, label in labels:
         print(f"  {fmt(phases.get(key))}  {label}")
     bare = record["bare_barrier_stage"]
-    print(f"  Spark floor: empty barrier stage {fmt(bare['empty']['median']['all_tasks_ran'])} to tasks running, "
-          f"{fmt(bare['empty']['median']['returned'])} returned; with one allGather "
-          f"{fmt(bare['one_allGather']['median']['all_tasks_ran'])} / {fmt(bare['one_allGather']['median']['returned'])}")
+    print(
+        f"  Spark floor: empty barrier stage {fmt(bare['empty']['median']['all_tasks_ran'])} to tasks running, "
+        f"{fmt(bare['empty']['median']['returned'])} returned; with one allGather "
+        f"{fmt(bare['one_allGather']['median']['all_tasks_ran'])} / {fmt(bare['one_allGather']['median']['returned'])}"
+    )
     if record["torch_distributor"]:
         td = record["torch_distributor"]["median"]
-        print(f"  TorchDistributor: fn started {fmt(td['fn_start_s'])}, past init_process_group {fmt(td['init_s'])}, "
-              f"returned {fmt(td['total_s'])}")
+        print(
+            f"  TorchDistributor: fn started {fmt(td['fn_start_s'])}, past init_process_group {fmt(td['init_s'])}, "
+            f"returned {fmt(td['total_s'])}"
+        )
 
 
 def _median_fields(runs: list[dict]) -> dict:
@@ -580,14 +674,24 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.launch", description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=5, help="timed launches per launcher, after one warm-up")
     parser.add_argument("--allreduce-reps", type=int, default=10, help="timed all-reduces per size and round")
-    parser.add_argument("--rounds", type=int, default=3,
-                        help="all-reduce rounds, each a block of torch gloo then a block of Horovod")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="all-reduce rounds, each a block of torch gloo then a block of Horovod"
+    )
     parser.add_argument("--sizes-mb", type=_sizes, default=[1, 16, 64], help="all-reduce sizes in MB (1,16,64)")
     parser.add_argument("--num-proc", type=int, default=2, help="ranks (and Spark task slots)")
-    parser.add_argument("--horovod-env", action="append", default=[], metavar="HOROVOD_NAME=value",
-                        help="extra Horovod setting for our ranks, e.g. HOROVOD_CYCLE_TIME=0.1 (repeatable)")
-    parser.add_argument("--tuned", default="HOROVOD_CYCLE_TIME=0.1", metavar="NAME=value,...",
-                        help="a second set of all-reduce rows with these Horovod settings ('' for none)")
+    parser.add_argument(
+        "--horovod-env",
+        action="append",
+        default=[],
+        metavar="HOROVOD_NAME=value",
+        help="extra Horovod setting for our ranks, e.g. HOROVOD_CYCLE_TIME=0.1 (repeatable)",
+    )
+    parser.add_argument(
+        "--tuned",
+        default="HOROVOD_CYCLE_TIME=0.1",
+        metavar="NAME=value,...",
+        help="a second set of all-reduce rows with these Horovod settings ('' for none)",
+    )
     parser.add_argument("--skip-torch-distributor", action="store_true", help="leave out the TorchDistributor baseline")
     parser.add_argument("--rebuild-baseline-venv", action="store_true", help="recreate benchmarks/.venv-baseline")
     parser.add_argument("--json", type=Path, default=RESULTS_PATH, help="where to write the results")

@@ -10,10 +10,15 @@ from pathlib import Path
 
 def describe() -> dict:
     """nproc (the CPUs this process may use), RAM, CPU model, OS, date, and the load at this moment."""
-    return {"nproc": len(os.sched_getaffinity(0)), "ram_gib": _mem_total_kb() / 2**20, "cpu": _cpu_model(),
-            "os": platform.platform(), "python": platform.python_version(),
-            "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-            "load_average": os.getloadavg()}
+    return {
+        "nproc": len(os.sched_getaffinity(0)),
+        "ram_gib": _mem_total_kb() / 2**20,
+        "cpu": _cpu_model(),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "load_average": os.getloadavg(),
+    }
 
 
 def _mem_total_kb() -> int:

@@ -53,12 +53,20 @@ def ours(url: str, manifest: dict, batch: int, steps: int, shuffle: bool) -> Cal
     from sparkml_par.train.data import ShardBatches
 
     defaults = TrainConfig()
-    loader = ShardBatches(f"{url}/{manifest['splits']['train']['path']}", RANK, SIZE, batch,
-                          label=manifest['label_column'], shuffle=shuffle,
-                          seed=defaults.seed, shuffle_buffer=defaults.shuffle_buffer)
+    loader = ShardBatches(
+        f"{url}/{manifest['splits']['train']['path']}",
+        RANK,
+        SIZE,
+        batch,
+        label=manifest["label_column"],
+        shuffle=shuffle,
+        seed=defaults.seed,
+        shuffle_buffer=defaults.shuffle_buffer,
+    )
 
     def read() -> int:
         return sum(len(y) for _, y in loader.epoch(1, steps))
+
     return read
 
 
@@ -75,6 +83,7 @@ def pyarrow_batches(files: list[str], batch: int) -> Callable[[], int]:
                 y = torch.from_numpy(record_batch.column(1).to_numpy())
                 rows += len(y)
         return rows
+
     return read
 
 
@@ -93,9 +102,10 @@ def pyarrow_shuffled(files: list[str], batch: int, seed: int = 0) -> Callable[[]
             order = rng.permutation(len(y))
             x, y = x[order], y[order]
             for start in range(0, len(y), batch):
-                _xb, yb = torch.from_numpy(x[start:start + batch]), torch.from_numpy(y[start:start + batch])
+                _xb, yb = torch.from_numpy(x[start : start + batch]), torch.from_numpy(y[start : start + batch])
                 rows += len(yb)
         return rows
+
     return read
 
 
@@ -125,8 +135,9 @@ def run(args: argparse.Namespace) -> list[dict]:
     with PeakMemory() as memory:
         spark, created = get_or_create_session(SparkConfig(master="local[2]", app_name="sparkml_par read benchmark"))
         try:
-            url, manifest = prepare_dataset(spark, args.workdir, f"synthetic-{args.rows}x{args.features}", args.rows,
-                                            args.features)
+            url, manifest = prepare_dataset(
+                spark, args.workdir, f"synthetic-{args.rows}x{args.features}", args.rows, args.features
+            )
         finally:
             if created:
                 spark.stop()  # the reads need no Spark: the measured process is a rank's, without a JVM beside it
@@ -157,22 +168,57 @@ def run(args: argparse.Namespace) -> list[dict]:
 
     rate = {name: rows[name] / statistics.median(values) for name, values in times.items()}
     record: dict[str, Any] = {
-        "settings": {"rows": args.rows, "features": args.features, "batch": args.batch, "reps": args.reps,
-                     "rank": RANK, "size": SIZE},
-        "dataset": url, "files": files, "shard_rows": shard_rows, "steps": steps,
-        "seconds": times, "rows_read": rows, "samples_per_sec": rate, "profile": profile_text,
+        "settings": {
+            "rows": args.rows,
+            "features": args.features,
+            "batch": args.batch,
+            "reps": args.reps,
+            "rank": RANK,
+            "size": SIZE,
+        },
+        "dataset": url,
+        "files": files,
+        "shard_rows": shard_rows,
+        "steps": steps,
+        "seconds": times,
+        "rows_read": rows,
+        "samples_per_sec": rate,
+        "profile": profile_text,
     }
     target = f">= {TARGET:g}"
     baseline = "pyarrow iter_batches -> torch"
     # The reading process plays rank 0: its own peak is the rank's.
     peaks = {"driver_peak_mb": memory.driver_mb, "rank_peak_mb": memory.python_mb}
-    table = [result_row("read: loader, shuffle off (samples/s)", rate["ours_shuffle_off"],
-                        rate["pyarrow_iter_batches"], baseline, "higher", target, TARGET) | peaks,
-             result_row("read: loader, shuffle on (samples/s)", rate["ours_shuffle_on"], rate["pyarrow_iter_batches"],
-                        baseline, "higher", target, TARGET) | peaks,
-             result_row("read: loader, shuffle on, vs the same shuffle in pyarrow (samples/s)",
-                        rate["ours_shuffle_on"], rate["pyarrow_shuffled"], "pyarrow + row-group shuffle",
-                        "higher") | peaks]
+    table = [
+        result_row(
+            "read: loader, shuffle off (samples/s)",
+            rate["ours_shuffle_off"],
+            rate["pyarrow_iter_batches"],
+            baseline,
+            "higher",
+            target,
+            TARGET,
+        )
+        | peaks,
+        result_row(
+            "read: loader, shuffle on (samples/s)",
+            rate["ours_shuffle_on"],
+            rate["pyarrow_iter_batches"],
+            baseline,
+            "higher",
+            target,
+            TARGET,
+        )
+        | peaks,
+        result_row(
+            "read: loader, shuffle on, vs the same shuffle in pyarrow (samples/s)",
+            rate["ours_shuffle_on"],
+            rate["pyarrow_shuffled"],
+            "pyarrow + row-group shuffle",
+            "higher",
+        )
+        | peaks,
+    ]
     record["rows"] = table
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(record, indent=1))
@@ -184,12 +230,16 @@ def run(args: argparse.Namespace) -> list[dict]:
 def print_report(rows: list[dict], record: dict) -> None:
     print_table(rows)
     s = record["settings"]
-    print(f"\nrank {s['rank']} of {s['size']}: {record['shard_rows']} rows x {s['features']} float32 features in "
-          f"{len(record['files'])} files, batch {s['batch']}, 1 torch thread, no Spark running; median of "
-          f"{s['reps']} interleaved passes (after one warm-up pass each). Rows per pass: "
-          + ", ".join(f"{name} {n}" for name, n in record["rows_read"].items()))
-    print("median seconds per pass: " + ", ".join(f"{name} {statistics.median(v):.3f}"
-                                                   for name, v in record["seconds"].items()))
+    print(
+        f"\nrank {s['rank']} of {s['size']}: {record['shard_rows']} rows x {s['features']} float32 features in "
+        f"{len(record['files'])} files, batch {s['batch']}, 1 torch thread, no Spark running; median of "
+        f"{s['reps']} interleaved passes (after one warm-up pass each). Rows per pass: "
+        + ", ".join(f"{name} {n}" for name, n in record["rows_read"].items())
+    )
+    print(
+        "median seconds per pass: "
+        + ", ".join(f"{name} {statistics.median(v):.3f}" for name, v in record["seconds"].items())
+    )
     if record["profile"]:
         print("\nprofile of one shuffled loader pass (by own time):\n" + record["profile"])
 

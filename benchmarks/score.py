@@ -59,10 +59,18 @@ def make_inputs(spark, rows: int, features: int, classes: int, hidden: list[int]
     ingest(spark, cfg).df.select("_row_id", "features", "label").write.parquet(str(data))
     spec = model_spec("mlp", {"hidden": hidden}, (features,), classes)
     torch.manual_seed(0)
-    description = {"spec": spec, "task": "classification", "num_classes": classes, "classes": None,
-                   "feature_shape": [features], "dataset": None, "feature_pipeline": None,
-                   "raw_feature_columns": ["features"], "raw_feature_types": {"features": "vector"},
-                   "label_column": "label"}
+    description = {
+        "spec": spec,
+        "task": "classification",
+        "num_classes": classes,
+        "classes": None,
+        "feature_shape": [features],
+        "dataset": None,
+        "feature_pipeline": None,
+        "raw_feature_columns": ["features"],
+        "raw_feature_types": {"features": "vector"},
+        "label_column": "label",
+    }
     model = write_model_artifact(workdir / "model", build_from_spec(spec).state_dict(), description, {}, "")
     return str(data), str(model)
 
@@ -85,8 +93,9 @@ def run(args: argparse.Namespace) -> list[dict]:
     from sparkml_par.infer.predictor import load_predictor
     from sparkml_par.session import get_or_create_session
 
-    spark, created = get_or_create_session(SparkConfig(master=f"local[{args.cores}]",
-                                                       app_name="sparkml_par score benchmark"))
+    spark, created = get_or_create_session(
+        SparkConfig(master=f"local[{args.cores}]", app_name="sparkml_par score benchmark")
+    )
     workdir = Path(tempfile.mkdtemp(prefix="score-bench-"))
     try:
         with PeakMemory() as memory:
@@ -96,12 +105,12 @@ def run(args: argparse.Namespace) -> list[dict]:
             predictor = load_predictor(model_dir)
 
             def spark_noop():
-                score(spark, data, model_dir, batch_size=args.batch_size).write.format("noop").mode(
-                    "overwrite").save()
+                score(spark, data, model_dir, batch_size=args.batch_size).write.format("noop").mode("overwrite").save()
 
             def spark_parquet():
                 score(spark, data, model_dir, batch_size=args.batch_size).write.mode("overwrite").parquet(
-                    str(workdir / "predictions"))
+                    str(workdir / "predictions")
+                )
 
             def in_process():
                 predictor.predict_batches(features, args.batch_size)
@@ -116,8 +125,12 @@ def run(args: argparse.Namespace) -> list[dict]:
 
             print("timing ...", flush=True)
             cold = _timed(spark_noop)
-            times: dict[str, list[float]] = {"spark_noop": [], "spark_parquet": [], "in_process": [],
-                                             "in_process_1_thread": []}
+            times: dict[str, list[float]] = {
+                "spark_noop": [],
+                "spark_parquet": [],
+                "in_process": [],
+                "in_process_1_thread": [],
+            }
             for _ in range(args.repeats):
                 times["in_process"].append(_timed(in_process))
                 times["in_process_1_thread"].append(_timed(in_process_one_thread))
@@ -137,24 +150,54 @@ def run(args: argparse.Namespace) -> list[dict]:
     baseline = f"same model in one process, {baseline_threads} torch thread{'s' if baseline_threads > 1 else ''}"
     target = f">= {TARGET:g}x"
     spark_side = f"Spark UDF on local[{args.cores}], Parquet in"
-    rows = [result_row(f"score: {spark_side}, noop sink (rows/s)", rate["spark_noop"], rate[fastest], baseline,
-                       "higher", target, TARGET),
-            result_row(f"score: {spark_side}, Parquet out (rows/s)", rate["spark_parquet"], rate[fastest], baseline,
-                       "higher"),
-            result_row(f"score: {spark_side}, noop sink, first run (rows/s)", rate["spark_noop_cold"], rate[fastest],
-                       baseline, "higher")]
+    rows = [
+        result_row(
+            f"score: {spark_side}, noop sink (rows/s)",
+            rate["spark_noop"],
+            rate[fastest],
+            baseline,
+            "higher",
+            target,
+            TARGET,
+        ),
+        result_row(
+            f"score: {spark_side}, Parquet out (rows/s)", rate["spark_parquet"], rate[fastest], baseline, "higher"
+        ),
+        result_row(
+            f"score: {spark_side}, noop sink, first run (rows/s)",
+            rate["spark_noop_cold"],
+            rate[fastest],
+            baseline,
+            "higher",
+        ),
+    ]
     rows = [row | memory.columns() for row in rows]
-    record = {"settings": {"rows": args.rows, "features": args.features, "classes": args.classes,
-                           "hidden": args.hidden, "batch_size": args.batch_size, "cores": args.cores,
-                           "repeats": args.repeats, "torch_threads": threads},
-              "times": times, "cold_s": cold, "rows_per_s": rate, "memory": memory.columns(), "rows": rows}
+    record = {
+        "settings": {
+            "rows": args.rows,
+            "features": args.features,
+            "classes": args.classes,
+            "hidden": args.hidden,
+            "batch_size": args.batch_size,
+            "cores": args.cores,
+            "repeats": args.repeats,
+            "torch_threads": threads,
+        },
+        "times": times,
+        "cold_s": cold,
+        "rows_per_s": rate,
+        "memory": memory.columns(),
+        "rows": rows,
+    }
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(record, indent=2) + "\n")
     print_table(rows)
-    print(f"\n{args.rows:,} rows x {args.features} features, mlp {args.hidden}, {args.batch_size} rows per call; best "
-          f"of {args.repeats} alternating runs (the first Spark run apart). In process: "
-          f"{rate['in_process']:,.0f} rows/s with {threads} torch threads, {rate['in_process_1_thread']:,.0f} with 1. "
-          f"The driver's peak includes the in-process side's rows held in memory.")
+    print(
+        f"\n{args.rows:,} rows x {args.features} features, mlp {args.hidden}, {args.batch_size} rows per call; best "
+        f"of {args.repeats} alternating runs (the first Spark run apart). In process: "
+        f"{rate['in_process']:,.0f} rows/s with {threads} torch threads, {rate['in_process_1_thread']:,.0f} with 1. "
+        f"The driver's peak includes the in-process side's rows held in memory."
+    )
     print(f"\nwritten: {args.json}")
     return rows
 
@@ -164,8 +207,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=1_000_000, help="rows scored by each side")
     parser.add_argument("--features", type=int, default=32, help="float features per row")
     parser.add_argument("--classes", type=int, default=10, help="model outputs (classes)")
-    parser.add_argument("--hidden", type=lambda s: [int(v) for v in s.split(",")], default=[256, 256],
-                        help="mlp hidden layer widths, comma-separated")
+    parser.add_argument(
+        "--hidden",
+        type=lambda s: [int(v) for v in s.split(",")],
+        default=[256, 256],
+        help="mlp hidden layer widths, comma-separated",
+    )
     parser.add_argument("--batch-size", type=int, default=1024, help="rows per model call (score.batch_size)")
     parser.add_argument("--cores", type=int, default=2, help="Spark local[N] task slots")
     parser.add_argument("--repeats", type=int, default=2, help="timed runs per side; the best is kept")

@@ -3,19 +3,42 @@ and the peak memory of the driver and of the ranks (benchmarks.memory)."""
 
 from __future__ import annotations
 
-HEADER = ("part", "this project", "baseline in the same run", "ratio", "target", "met?", "driver peak MB",
-          "rank peak MB")
+HEADER = (
+    "part",
+    "this project",
+    "baseline in the same run",
+    "ratio",
+    "target",
+    "met?",
+    "driver peak MB",
+    "rank peak MB",
+)
 
 
-def result_row(part: str, ours: float | None, baseline: float | None, baseline_name: str, better: str,
-               target: str = "", target_ratio: float | None = None) -> dict:
+def result_row(
+    part: str,
+    ours: float | None,
+    baseline: float | None,
+    baseline_name: str,
+    better: str,
+    target: str = "",
+    target_ratio: float | None = None,
+) -> dict:
     """One row; met is None without a baseline or a target ratio. better: 'higher' or 'lower'."""
     ratio = ours / baseline if baseline else None
     met = None
     if ratio is not None and target_ratio is not None:
         met = ratio <= target_ratio if better == "lower" else ratio >= target_ratio
-    return {"part": part, "ours": ours, "baseline": baseline, "baseline_name": baseline_name, "ratio": ratio,
-            "better": better, "target": target, "met": met}
+    return {
+        "part": part,
+        "ours": ours,
+        "baseline": baseline,
+        "baseline_name": baseline_name,
+        "ratio": ratio,
+        "better": better,
+        "target": target,
+        "met": met,
+    }
 
 
 def number(value: float | None) -> str:
@@ -31,8 +54,16 @@ def cells(row: dict) -> tuple[str, ...]:
     baseline = f"{number(row['baseline'])} ({row['baseline_name']})" if row["baseline"] is not None else "-"
     ratio = "-" if row["ratio"] is None else f"{row['ratio']:.2f}x"
     met = "-" if row["met"] is None else ("yes" if row["met"] else "NO")
-    return (row["part"], number(row["ours"]), baseline, ratio, row["target"] or "-", met,
-            number(row.get("driver_peak_mb")), number(row.get("rank_peak_mb")))
+    return (
+        row["part"],
+        number(row["ours"]),
+        baseline,
+        ratio,
+        row["target"] or "-",
+        met,
+        number(row.get("driver_peak_mb")),
+        number(row.get("rank_peak_mb")),
+    )
 
 
 def text_table(lines: list[tuple[str, ...]]) -> str:

@@ -79,8 +79,10 @@ DEFAULT_VARIANTS = ["HOROVOD_CYCLE_TIME=5"]
 # ---------------------------------------------------------------------------------------------------------
 # Datasets
 
-def prepare_dataset(spark, workdir: Path, name: str, rows: int, features: int, classes: int = 10,
-                    feature_shape: list[int] | None = None) -> tuple[str, dict]:
+
+def prepare_dataset(
+    spark, workdir: Path, name: str, rows: int, features: int, classes: int = 10, feature_shape: list[int] | None = None
+) -> tuple[str, dict]:
     """(dataset URL, manifest) of a synthetic dataset under workdir/name, written once and then reused."""
     from data_prep.job import prepare
     from data_prep.manifest import read_manifest
@@ -88,9 +90,18 @@ def prepare_dataset(spark, workdir: Path, name: str, rows: int, features: int, c
     from sparkml_par.config import load_config
     from sparkml_par.contract import MANIFEST
 
-    cfg = load_config(None, ["data.source=synthetic", f"data.synthetic.rows={rows}",
-                             f"data.synthetic.features={features}", f"data.synthetic.classes={classes}",
-                             f"data.output={workdir / name}", "data.mode=overwrite", *SPLIT])
+    cfg = load_config(
+        None,
+        [
+            "data.source=synthetic",
+            f"data.synthetic.rows={rows}",
+            f"data.synthetic.features={features}",
+            f"data.synthetic.classes={classes}",
+            f"data.output={workdir / name}",
+            "data.mode=overwrite",
+            *SPLIT,
+        ],
+    )
     started = time.perf_counter()
     result = prepare(spark, cfg.data)
     if not result.skipped:
@@ -112,12 +123,22 @@ def train_files(url: str, manifest: dict) -> list[str]:
 # ---------------------------------------------------------------------------------------------------------
 # Our trainer
 
+
 def train_ours(spark, url: str, overrides: list[str], num_proc: int, env: dict[str, str], output: Path) -> list[dict]:
     """One training run; rank 0's per-epoch records."""
     from sparkml_par.config import load_config
 
-    cfg = load_config(None, [f"data.output={url}", f"train.num_proc={num_proc}", "train.resume=never",
-                             "train.threads_per_rank=1", f"train.output={output}", *overrides])
+    cfg = load_config(
+        None,
+        [
+            f"data.output={url}",
+            f"train.num_proc={num_proc}",
+            "train.resume=never",
+            "train.threads_per_rank=1",
+            f"train.output={output}",
+            *overrides,
+        ],
+    )
     try:
         if not env:
             from sparkml_par.train.job import train
@@ -129,9 +150,15 @@ def train_ours(spark, url: str, overrides: list[str], num_proc: int, env: dict[s
         from sparkml_par.train.loop import train_rank
 
         job = build_train_job(read_manifest(spark, url), url, cfg, num_proc)
-        launcher = launch.Launcher(num_proc=num_proc, mode="barrier", timeout=cfg.train.timeout,
-                                   progress_timeout=cfg.train.step_timeout, spark=spark, env=env,
-                                   on_progress=lambda rank, record: None)
+        launcher = launch.Launcher(
+            num_proc=num_proc,
+            mode="barrier",
+            timeout=cfg.train.timeout,
+            progress_timeout=cfg.train.step_timeout,
+            spark=spark,
+            env=env,
+            on_progress=lambda rank, record: None,
+        )
         results = launcher.run(train_rank, job)
         return results[0]["history"]
     finally:
@@ -164,6 +191,7 @@ def parse_variant(text: str) -> tuple[str, dict[str, str], list[str]]:
 # ---------------------------------------------------------------------------------------------------------
 # The DDP baseline in its own virtual environment
 
+
 class DdpBaseline(TorchDistributorBaseline):
     """benchmarks/baselines/ddp_train.py in --serve mode: one TorchDistributor + DDP run per request."""
 
@@ -178,8 +206,9 @@ class DdpBaseline(TorchDistributorBaseline):
             answer = json.loads(self._expect("TRAIN "))
             if "error" not in answer:
                 return answer
-            print(f"TorchDistributor + DDP run failed (attempt {attempt + 1}): {answer['error'][:300]}",
-                  file=sys.stderr)
+            print(
+                f"TorchDistributor + DDP run failed (attempt {attempt + 1}): {answer['error'][:300]}", file=sys.stderr
+            )
         raise BaselineUnavailable(f"TorchDistributor + DDP failed {attempts} times: {answer['error']}")
 
 
@@ -201,6 +230,7 @@ def baseline_call(baseline: DdpBaseline | None, record: dict, step):
 
 # ---------------------------------------------------------------------------------------------------------
 # The machine's own ceiling: plain torch processes, no Spark, no Horovod, no loader
+
 
 def _plain_steps_worker(spec: dict, batch: int, seconds: float, ready, start, out) -> None:
     import torch
@@ -235,8 +265,10 @@ def plain_processes(spec: dict, batch: int, processes: int, seconds: float) -> f
 
     context = multiprocessing.get_context("spawn")
     ready, out, start = context.Queue(), context.Queue(), context.Event()
-    workers = [context.Process(target=_plain_steps_worker, args=(spec, batch, seconds, ready, start, out),
-                               daemon=True) for _ in range(processes)]
+    workers = [
+        context.Process(target=_plain_steps_worker, args=(spec, batch, seconds, ready, start, out), daemon=True)
+        for _ in range(processes)
+    ]
     for worker in workers:
         worker.start()
     for _ in workers:
@@ -251,15 +283,23 @@ def plain_processes(spec: dict, batch: int, processes: int, seconds: float) -> f
 # ---------------------------------------------------------------------------------------------------------
 # Loader alone, step alone
 
+
 def time_loader(url: str, manifest: dict, batch: int, steps: int) -> float:
     """Seconds for rank 0 of 2 to draw `steps` shuffled batches from its shard, nothing else."""
     from sparkml_par.config import TrainConfig
     from sparkml_par.train.data import ShardBatches
 
     defaults = TrainConfig()
-    loader = ShardBatches(f"{url}/{manifest['splits']['train']['path']}", 0, 2, batch,
-                          label=manifest['label_column'], shuffle=True,
-                          seed=defaults.seed, shuffle_buffer=defaults.shuffle_buffer)
+    loader = ShardBatches(
+        f"{url}/{manifest['splits']['train']['path']}",
+        0,
+        2,
+        batch,
+        label=manifest["label_column"],
+        shuffle=True,
+        seed=defaults.seed,
+        shuffle_buffer=defaults.shuffle_buffer,
+    )
     started = time.perf_counter()
     drawn = sum(1 for _ in loader.epoch(1, steps))
     elapsed = time.perf_counter() - started
@@ -304,21 +344,29 @@ def torch_threads(count: int):
         torch.set_num_threads(before)
 
 
-def loader_vs_step(name: str, url: str, manifest: dict, spec: dict, batch: int, loader_steps: int,
-                   step_steps: int, reps: int) -> dict:
+def loader_vs_step(
+    name: str, url: str, manifest: dict, spec: dict, batch: int, loader_steps: int, step_steps: int, reps: int
+) -> dict:
     loader_s, step_s = [], []
     with torch_threads(1):
         for _ in range(reps):
             loader_s.append(time_loader(url, manifest, batch, loader_steps) / loader_steps)
             step_s.append(time_steps(spec, batch, step_steps) / step_steps)
     loader, step = statistics.median(loader_s), statistics.median(step_s)
-    return {"name": name, "batch": batch, "loader_s_per_batch": loader_s, "step_s_per_batch": step_s,
-            "loader_samples_per_sec": batch / loader, "step_samples_per_sec": batch / step,
-            "loader_share": loader / (loader + step)}
+    return {
+        "name": name,
+        "batch": batch,
+        "loader_s_per_batch": loader_s,
+        "step_s_per_batch": step_s,
+        "loader_samples_per_sec": batch / loader,
+        "step_samples_per_sec": batch / step,
+        "loader_share": loader / (loader + step),
+    }
 
 
 # ---------------------------------------------------------------------------------------------------------
 # The run, the table, the JSON
+
 
 def run(args: argparse.Namespace) -> list[dict]:
     """Measures everything and returns the table's rows; the full record goes to args.json."""
@@ -328,58 +376,95 @@ def run(args: argparse.Namespace) -> list[dict]:
     from sparkml_par.train.loop import steps_per_epoch
 
     variants = [parse_variant(text) for text in args.mlp_variant]
-    record: dict[str, Any] = {"settings": {
-        "rounds": args.rounds, "reps": args.reps, "plain_seconds": args.plain_seconds, "cnn_rows": args.cnn_rows,
-        "cnn_epochs": args.cnn_epochs, "cnn_batch_per_rank": args.cnn_batch, "cnn_args": CNN_ARGS,
-        "mlp_rows": args.mlp_rows, "mlp_epochs": args.mlp_epochs, "mlp_batch_per_rank": args.mlp_batch,
-        "mlp_hidden": MLP_HIDDEN,
-        "mlp_variants": [{"label": label, "env": env, "overrides": over} for label, env, over in variants]}}
+    record: dict[str, Any] = {
+        "settings": {
+            "rounds": args.rounds,
+            "reps": args.reps,
+            "plain_seconds": args.plain_seconds,
+            "cnn_rows": args.cnn_rows,
+            "cnn_epochs": args.cnn_epochs,
+            "cnn_batch_per_rank": args.cnn_batch,
+            "cnn_args": CNN_ARGS,
+            "mlp_rows": args.mlp_rows,
+            "mlp_epochs": args.mlp_epochs,
+            "mlp_batch_per_rank": args.mlp_batch,
+            "mlp_hidden": MLP_HIDDEN,
+            "mlp_variants": [{"label": label, "env": env, "overrides": over} for label, env, over in variants],
+        }
+    }
     baseline = start_baseline(args, record)  # its JVM starts while ours does and the data is written
     spark, created = get_or_create_session(SparkConfig(master="local[2]", app_name="sparkml_par train benchmark"))
     scratch = Path(tempfile.mkdtemp(prefix="train-bench-"))
     try:
         with PeakMemory() as memory:
             print("datasets ...", flush=True)
-            mlp_url, mlp_manifest = prepare_dataset(spark, args.workdir, f"synthetic-{args.mlp_rows}x32",
-                                                    args.mlp_rows, 32)
-            cnn_url, cnn_manifest = prepare_dataset(spark, args.workdir, f"synthetic-{args.cnn_rows}x784",
-                                                    args.cnn_rows, 784, feature_shape=CNN_SHAPE)
+            mlp_url, mlp_manifest = prepare_dataset(
+                spark, args.workdir, f"synthetic-{args.mlp_rows}x32", args.mlp_rows, 32
+            )
+            cnn_url, cnn_manifest = prepare_dataset(
+                spark, args.workdir, f"synthetic-{args.cnn_rows}x784", args.cnn_rows, 784, feature_shape=CNN_SHAPE
+            )
             mlp_train_rows, cnn_train_rows = (m["splits"]["train"]["rows"] for m in (mlp_manifest, cnn_manifest))
             cnn_spec = model_spec("cnn", CNN_ARGS, tuple(CNN_SHAPE), 10)
             mlp_spec = model_spec("mlp", {"hidden": MLP_HIDDEN}, (32,), 10)
-            record["datasets"] = {"mlp": {"url": mlp_url, "train_rows": mlp_train_rows},
-                                  "cnn": {"url": cnn_url, "train_rows": cnn_train_rows,
-                                          "feature_shape": cnn_manifest["feature_shape"]}}
+            record["datasets"] = {
+                "mlp": {"url": mlp_url, "train_rows": mlp_train_rows},
+                "cnn": {"url": cnn_url, "train_rows": cnn_train_rows, "feature_shape": cnn_manifest["feature_shape"]},
+            }
 
             def run_id() -> Path:
                 return Path(tempfile.mkdtemp(prefix="run-", dir=scratch))
 
             # (i) CNN: one process and two ranks alternating.
-            cnn_common = ["train.model=cnn", f"train.model_args={json.dumps(CNN_ARGS)}",
-                          f"train.epochs={args.cnn_epochs}"]
+            cnn_common = [
+                "train.model=cnn",
+                f"train.model_args={json.dumps(CNN_ARGS)}",
+                f"train.epochs={args.cnn_epochs}",
+            ]
             cnn: dict[str, list] = {"1": [], "2": []}
             plain: dict[str, list[float]] = {"1": [], "2": []}
             for round_index in range(args.rounds):
                 print(f"CNN round {round_index + 1}/{args.rounds} ...", flush=True)
                 for num_proc in (1, 2):
-                    history = train_ours(spark, cnn_url, [*cnn_common, f"train.batch_size={args.cnn_batch * num_proc}"],
-                                         num_proc, {}, run_id())
+                    history = train_ours(
+                        spark,
+                        cnn_url,
+                        [*cnn_common, f"train.batch_size={args.cnn_batch * num_proc}"],
+                        num_proc,
+                        {},
+                        run_id(),
+                    )
                     cnn[str(num_proc)].append(history)
                 for processes in (1, 2):
                     plain[str(processes)].append(
-                        plain_processes(cnn_spec, args.cnn_batch, processes, args.plain_seconds))
-            record["cnn"] = {n: {"histories": h, "measured": [v for history in h for v in measured(history)]}
-                             for n, h in cnn.items()}
+                        plain_processes(cnn_spec, args.cnn_batch, processes, args.plain_seconds)
+                    )
+            record["cnn"] = {
+                n: {"histories": h, "measured": [v for history in h for v in measured(history)]} for n, h in cnn.items()
+            }
             record["cnn_plain_torch"] = plain
 
             # (ii) MLP: the DDP baseline, then ours with each setting, round after round.
             global_batch = args.mlp_batch * 2
             steps = steps_per_epoch(mlp_train_rows, global_batch, 1)
-            request = {"files": train_files(mlp_url, mlp_manifest), "hidden": MLP_HIDDEN, "classes": 10,
-                       "batch_per_rank": args.mlp_batch, "steps": steps, "epochs": args.mlp_epochs,
-                       "lr": 1e-3, "seed": 0, "threads": 1, "timeout_s": 180}
-            mlp_common = ["train.model=mlp", f"train.model_args={json.dumps({'hidden': MLP_HIDDEN})}",
-                          f"train.epochs={args.mlp_epochs}", f"train.batch_size={global_batch}"]
+            request = {
+                "files": train_files(mlp_url, mlp_manifest),
+                "hidden": MLP_HIDDEN,
+                "classes": 10,
+                "batch_per_rank": args.mlp_batch,
+                "steps": steps,
+                "epochs": args.mlp_epochs,
+                "lr": 1e-3,
+                "seed": 0,
+                "threads": 1,
+                "timeout_s": 180,
+            }
+            mlp_common = [
+                "train.model=mlp",
+                f"train.model_args={json.dumps({'hidden': MLP_HIDDEN})}",
+                f"train.epochs={args.mlp_epochs}",
+                f"train.batch_size={global_batch}",
+            ]
             settings = [("launcher defaults", {}, [])] + variants
             ours: dict[str, list] = {label: [] for label, _, _ in settings}
             ddp: list[dict] = []
@@ -391,8 +476,10 @@ def run(args: argparse.Namespace) -> list[dict]:
                     ddp.append(out)
                 for label, env, overrides in settings:
                     ours[label].append(train_ours(spark, mlp_url, [*mlp_common, *overrides], 2, env, run_id()))
-            record["mlp"] = {label: {"histories": h, "measured": [v for history in h for v in measured(history)]}
-                             for label, h in ours.items()}
+            record["mlp"] = {
+                label: {"histories": h, "measured": [v for history in h for v in measured(history)]}
+                for label, h in ours.items()
+            }
             record["ddp"] = None
             if ddp:
                 record["ddp"] = {"runs": ddp, "measured": [v for out in ddp for v in measured(out["history"])]}
@@ -405,8 +492,16 @@ def run(args: argparse.Namespace) -> list[dict]:
             print("loader vs step ...", flush=True)
             record["loader_vs_step"] = [
                 loader_vs_step("MLP", mlp_url, mlp_manifest, mlp_spec, args.mlp_batch, min(steps, 400), 400, args.reps),
-                loader_vs_step("CNN", cnn_url, cnn_manifest, cnn_spec, args.cnn_batch,
-                               steps_per_epoch(cnn_train_rows, args.cnn_batch * 2, 1), 5, args.reps),
+                loader_vs_step(
+                    "CNN",
+                    cnn_url,
+                    cnn_manifest,
+                    cnn_spec,
+                    args.cnn_batch,
+                    steps_per_epoch(cnn_train_rows, args.cnn_batch * 2, 1),
+                    5,
+                    args.reps,
+                ),
             ]
     finally:
         if baseline is not None:
@@ -430,10 +525,22 @@ def build_rows(record: dict, settings: list[tuple[str, dict, list]]) -> list[dic
     one, two = median(record["cnn"]["1"]["measured"]), median(record["cnn"]["2"]["measured"])
     plain_one, plain_two = median(record["cnn_plain_torch"]["1"]), median(record["cnn_plain_torch"]["2"])
     rows = [
-        _row("train: (i) CNN ~1M params, 2 ranks vs 2 x 1 process (samples/s)", two, 2 * one,
-             "2 x our trainer, num_proc=1", f">= {SCALING_TARGET:g}", SCALING_TARGET),
-        _row("train: (i) the machine: 2 plain torch processes vs 2 x 1, same CNN step (samples/s)", plain_two,
-             2 * plain_one, "2 x 1 plain process", "", None),
+        _row(
+            "train: (i) CNN ~1M params, 2 ranks vs 2 x 1 process (samples/s)",
+            two,
+            2 * one,
+            "2 x our trainer, num_proc=1",
+            f">= {SCALING_TARGET:g}",
+            SCALING_TARGET,
+        ),
+        _row(
+            "train: (i) the machine: 2 plain torch processes vs 2 x 1, same CNN step (samples/s)",
+            plain_two,
+            2 * plain_one,
+            "2 x 1 plain process",
+            "",
+            None,
+        ),
     ]
     ddp = median(record["ddp"]["measured"]) if record.get("ddp") else None
     for label, _, overrides in settings:
@@ -441,17 +548,33 @@ def build_rows(record: dict, settings: list[tuple[str, dict, list]]) -> list[dic
         rows_k = f"{record['settings']['mlp_rows'] / 1000:g}k"
         name = f"train: (ii) MLP {rows_k} rows, 2 ranks, {label}"
         name += " [larger effective batch]" if changes_math else ""
-        rows.append(_row(name + " (samples/s)", median(record["mlp"][label]["measured"]), ddp,
-                         "TorchDistributor + DDP", f">= {DDP_TARGET:g}", None if changes_math else DDP_TARGET))
+        rows.append(
+            _row(
+                name + " (samples/s)",
+                median(record["mlp"][label]["measured"]),
+                ddp,
+                "TorchDistributor + DDP",
+                f">= {DDP_TARGET:g}",
+                None if changes_math else DDP_TARGET,
+            )
+        )
     for item in record["loader_vs_step"]:
-        rows.append(_row(f"train: (iii) {item['name']} loader alone vs step alone, per rank (samples/s)",
-                         item["loader_samples_per_sec"], item["step_samples_per_sec"],
-                         "fwd+bwd+Adam, 1 thread", f">= {LOADER_TARGET:g}", LOADER_TARGET))
+        rows.append(
+            _row(
+                f"train: (iii) {item['name']} loader alone vs step alone, per rank (samples/s)",
+                item["loader_samples_per_sec"],
+                item["step_samples_per_sec"],
+                "fwd+bwd+Adam, 1 thread",
+                f">= {LOADER_TARGET:g}",
+                LOADER_TARGET,
+            )
+        )
     return rows
 
 
-def _row(part: str, ours: float, baseline: float | None, baseline_name: str, target: str,
-         target_ratio: float | None) -> dict:
+def _row(
+    part: str, ours: float, baseline: float | None, baseline_name: str, target: str, target_ratio: float | None
+) -> dict:
     return result_row(part, ours, baseline, baseline_name, "higher", target if target_ratio else "", target_ratio)
 
 
@@ -462,31 +585,44 @@ def print_report(rows: list[dict], record: dict) -> None:
     print_table(rows)
 
     s = record["settings"]
-    print(f"\nsamples/s: median over epochs 2..N of {s['rounds']} alternating rounds (epoch 1 of every run is "
-          f"warm-up), from rank 0's epoch records; 1 torch thread per rank, local[2], loopback.")
-    print(f"(i) {record['datasets']['cnn']['train_rows']} train rows, {s['cnn_epochs']} epochs, "
-          f"{s['cnn_batch_per_rank']} rows per rank per step; per run: "
-          + "; ".join(f"{n} rank(s) " + ", ".join(fmt(v) for v in record["cnn"][n]["measured"]) for n in ("1", "2")))
-    print("    the machine's ceiling: independent one-thread torch processes stepping the same CNN, no Spark, "
-          "Horovod or loader: 1 process " + ", ".join(fmt(v) for v in record["cnn_plain_torch"]["1"])
-          + "; 2 processes together " + ", ".join(fmt(v) for v in record["cnn_plain_torch"]["2"])
-          + " samples/s. Our scaling relative to that ceiling: "
-          + f"{rows[0]['ratio'] / rows[1]['ratio']:.2f}")
-    print(f"(ii) {record['datasets']['mlp']['train_rows']} train rows, {s['mlp_epochs']} epochs, "
-          f"{s['mlp_batch_per_rank']} rows per rank per step; measured epochs: "
-          + "; ".join(f"{label} " + ", ".join(fmt(v) for v in item["measured"])
-                      for label, item in record["mlp"].items())
-          + ("; DDP " + ", ".join(fmt(v) for v in record["ddp"]["measured"]) if record.get("ddp") else ""))
+    print(
+        f"\nsamples/s: median over epochs 2..N of {s['rounds']} alternating rounds (epoch 1 of every run is "
+        f"warm-up), from rank 0's epoch records; 1 torch thread per rank, local[2], loopback."
+    )
+    print(
+        f"(i) {record['datasets']['cnn']['train_rows']} train rows, {s['cnn_epochs']} epochs, "
+        f"{s['cnn_batch_per_rank']} rows per rank per step; per run: "
+        + "; ".join(f"{n} rank(s) " + ", ".join(fmt(v) for v in record["cnn"][n]["measured"]) for n in ("1", "2"))
+    )
+    print(
+        "    the machine's ceiling: independent one-thread torch processes stepping the same CNN, no Spark, "
+        "Horovod or loader: 1 process "
+        + ", ".join(fmt(v) for v in record["cnn_plain_torch"]["1"])
+        + "; 2 processes together "
+        + ", ".join(fmt(v) for v in record["cnn_plain_torch"]["2"])
+        + " samples/s. Our scaling relative to that ceiling: "
+        + f"{rows[0]['ratio'] / rows[1]['ratio']:.2f}"
+    )
+    print(
+        f"(ii) {record['datasets']['mlp']['train_rows']} train rows, {s['mlp_epochs']} epochs, "
+        f"{s['mlp_batch_per_rank']} rows per rank per step; measured epochs: "
+        + "; ".join(f"{label} " + ", ".join(fmt(v) for v in item["measured"]) for label, item in record["mlp"].items())
+        + ("; DDP " + ", ".join(fmt(v) for v in record["ddp"]["measured"]) if record.get("ddp") else "")
+    )
     if record.get("ddp_error"):
         print(f"    TorchDistributor baseline: {record['ddp_error'].splitlines()[0]}")
     elif record.get("ddp_process"):
         versions = record["ddp_process"]["versions"]
-        print("    TorchDistributor ran in benchmarks/.venv-baseline: "
-              + ", ".join(f"{k} {v}" for k, v in versions.items()))
+        print(
+            "    TorchDistributor ran in benchmarks/.venv-baseline: "
+            + ", ".join(f"{k} {v}" for k, v in versions.items())
+        )
     for item in record["loader_vs_step"]:
-        print(f"(iii) {item['name']}: loader {1e3 * statistics.median(item['loader_s_per_batch']):.2f} ms, step "
-              f"{1e3 * statistics.median(item['step_s_per_batch']):.2f} ms per batch of {item['batch']}; reading is "
-              f"{100 * item['loader_share']:.0f}% of loader + step on one core")
+        print(
+            f"(iii) {item['name']}: loader {1e3 * statistics.median(item['loader_s_per_batch']):.2f} ms, step "
+            f"{1e3 * statistics.median(item['step_s_per_batch']):.2f} ms per batch of {item['batch']}; reading is "
+            f"{100 * item['loader_share']:.0f}% of loader + step on one core"
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -496,14 +632,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cnn-rows", type=int, default=8000, help="synthetic 28x28 rows of the CNN dataset")
     parser.add_argument("--cnn-epochs", type=int, default=2, help="epochs per CNN run (the first is warm-up)")
     parser.add_argument("--cnn-batch", type=int, default=128, help="CNN rows per rank per step")
-    parser.add_argument("--plain-seconds", type=float, default=4.0,
-                        help="seconds of each plain-torch run that measures the machine's own 2-process scaling")
+    parser.add_argument(
+        "--plain-seconds",
+        type=float,
+        default=4.0,
+        help="seconds of each plain-torch run that measures the machine's own 2-process scaling",
+    )
     parser.add_argument("--mlp-rows", type=int, default=200_000, help="synthetic rows of the MLP dataset")
     parser.add_argument("--mlp-epochs", type=int, default=2, help="epochs per MLP run (the first is warm-up)")
     parser.add_argument("--mlp-batch", type=int, default=128, help="MLP rows per rank per step")
-    parser.add_argument("--mlp-variant", action="append", default=None, metavar="[LABEL:]NAME=value,...",
-                        help="our MLP runs with these HOROVOD_* variables / train.* overrides besides the launcher "
-                             f"defaults (repeatable; default {DEFAULT_VARIANTS}; 'none' for defaults only)")
+    parser.add_argument(
+        "--mlp-variant",
+        action="append",
+        default=None,
+        metavar="[LABEL:]NAME=value,...",
+        help="our MLP runs with these HOROVOD_* variables / train.* overrides besides the launcher "
+        f"defaults (repeatable; default {DEFAULT_VARIANTS}; 'none' for defaults only)",
+    )
     parser.add_argument("--skip-torch-distributor", action="store_true", help="leave out the DDP baseline")
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR, help="where the datasets are kept")
     parser.add_argument("--json", type=Path, default=RESULTS_PATH, help="where to write the results")

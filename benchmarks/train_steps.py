@@ -60,7 +60,7 @@ def _timed_steps(model, optimizer, x, y, batch: int, steps: int) -> dict:
     for i in range(steps):
         start = (i % 16) * batch
         t0 = time.perf_counter()
-        F.cross_entropy(model(x[start:start + batch]), y[start:start + batch]).backward()
+        F.cross_entropy(model(x[start : start + batch]), y[start : start + batch]).backward()
         t1 = time.perf_counter()
         optimizer.step()
         optimizer.zero_grad()
@@ -68,9 +68,12 @@ def _timed_steps(model, optimizer, x, y, batch: int, steps: int) -> dict:
         forward_backward.append(t1 - t0)
         step.append(t2 - t1)
         total.append(t2 - t0)
-    return {"forward_backward_ms": 1e3 * statistics.median(forward_backward[SKIP:]),
-            "step_ms": 1e3 * statistics.median(step[SKIP:]),
-            "median_ms": 1e3 * statistics.median(total[SKIP:]), "mean_ms": 1e3 * statistics.mean(total[SKIP:])}
+    return {
+        "forward_backward_ms": 1e3 * statistics.median(forward_backward[SKIP:]),
+        "step_ms": 1e3 * statistics.median(step[SKIP:]),
+        "median_ms": 1e3 * statistics.median(total[SKIP:]),
+        "mean_ms": 1e3 * statistics.mean(total[SKIP:]),
+    }
 
 
 def horovod_rank(batch: int, steps: int, groups: int | None) -> dict:
@@ -78,8 +81,12 @@ def horovod_rank(batch: int, steps: int, groups: int | None) -> dict:
     import torch
 
     model, x, y = _model_and_data(batch)
-    optimizer = hvd.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=1e-3),
-                                         named_parameters=model.named_parameters(), op=hvd.Average, groups=groups)
+    optimizer = hvd.DistributedOptimizer(
+        torch.optim.Adam(model.parameters(), lr=1e-3),
+        named_parameters=model.named_parameters(),
+        op=hvd.Average,
+        groups=groups,
+    )
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.barrier()
     return _timed_steps(model, optimizer, x, y, batch, steps)
@@ -108,8 +115,9 @@ def ddp(batch: int, steps: int) -> dict:
         port = sock.getsockname()[1]
     context = mp.get_context("spawn")
     out = context.Queue()
-    processes = [context.Process(target=_ddp_rank, args=(rank, port, batch, steps, out), daemon=True)
-                 for rank in range(2)]
+    processes = [
+        context.Process(target=_ddp_rank, args=(rank, port, batch, steps, out), daemon=True) for rank in range(2)
+    ]
     for process in processes:
         process.start()
     results = dict(out.get(timeout=600) for _ in processes)
@@ -130,35 +138,66 @@ def run(args: argparse.Namespace) -> list[dict]:
             raise SystemExit(f"--env {pair!r}: expected HOROVOD_NAME=value")
         env_variants[f"hvd {pair}"] = {key: value}
     spark, created = get_or_create_session(SparkConfig(master="local[2]", app_name="sparkml_par step profile"))
-    runs: dict[str, list[dict]] = {"ddp (torch gloo)": [], "hvd default": [], "hvd groups=1": [],
-                                   **{name: [] for name in env_variants}}
+    runs: dict[str, list[dict]] = {
+        "ddp (torch gloo)": [],
+        "hvd default": [],
+        "hvd groups=1": [],
+        **{name: [] for name in env_variants},
+    }
     try:
         with PeakMemory() as memory:
             for round_index in range(args.rounds):
                 print(f"round {round_index + 1}/{args.rounds} ...", flush=True)
                 runs["ddp (torch gloo)"].append(ddp(args.batch, args.steps))
-                for name, groups, env in [("hvd default", None, {}), ("hvd groups=1", 1, {}),
-                                          *((name, None, env) for name, env in env_variants.items())]:
+                for name, groups, env in [
+                    ("hvd default", None, {}),
+                    ("hvd groups=1", 1, {}),
+                    *((name, None, env) for name, env in env_variants.items()),
+                ]:
                     launcher = launch.Launcher(num_proc=2, spark=spark, env=env, on_progress=lambda rank, record: None)
                     records = launcher.run(horovod_rank, args.batch, args.steps, groups)
                     runs[name].append(records[0])
     finally:
         if created:
             spark.stop()
-    medians = {name: {key: statistics.median(r[key] for r in records) for key in records[0]}
-               for name, records in runs.items()}
+    medians = {
+        name: {key: statistics.median(r[key] for r in records) for key in records[0]} for name, records in runs.items()
+    }
     baseline = medians.pop("ddp (torch gloo)")
-    rows = [result_row(f"train_steps: MLP step, {name} (mean ms)", values["mean_ms"], baseline["mean_ms"],
-                       "DDP, torch gloo", "lower") | memory.columns() for name, values in medians.items()]
+    rows = [
+        result_row(
+            f"train_steps: MLP step, {name} (mean ms)",
+            values["mean_ms"],
+            baseline["mean_ms"],
+            "DDP, torch gloo",
+            "lower",
+        )
+        | memory.columns()
+        for name, values in medians.items()
+    ]
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"settings": vars(args) | {"json": str(args.json)}, "runs": runs,
-                                     "medians": medians, "ddp": baseline, "rows": rows}, indent=1))
+    args.json.write_text(
+        json.dumps(
+            {
+                "settings": vars(args) | {"json": str(args.json)},
+                "runs": runs,
+                "medians": medians,
+                "ddp": baseline,
+                "rows": rows,
+            },
+            indent=1,
+        )
+    )
     print_table(rows)
-    print("\nms per step, forward + backward / optimizer.step(): DDP "
-          f"{baseline['forward_backward_ms']:.2f} / {baseline['step_ms']:.2f}; "
-          + "; ".join(f"{name} {v['forward_backward_ms']:.2f} / {v['step_ms']:.2f}" for name, v in medians.items()))
-    print(f"MLP 32-{'-'.join(map(str, HIDDEN))}-10, {args.batch} rows per rank, 2 ranks, 1 torch thread, in-memory "
-          f"batches; rank 0, steps {SKIP + 1}..{args.steps}, median over {args.rounds} alternating rounds.")
+    print(
+        "\nms per step, forward + backward / optimizer.step(): DDP "
+        f"{baseline['forward_backward_ms']:.2f} / {baseline['step_ms']:.2f}; "
+        + "; ".join(f"{name} {v['forward_backward_ms']:.2f} / {v['step_ms']:.2f}" for name, v in medians.items())
+    )
+    print(
+        f"MLP 32-{'-'.join(map(str, HIDDEN))}-10, {args.batch} rows per rank, 2 ranks, 1 torch thread, in-memory "
+        f"batches; rank 0, steps {SKIP + 1}..{args.steps}, median over {args.rounds} alternating rounds."
+    )
     print(f"written: {args.json}")
     return rows
 
@@ -169,8 +208,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--steps", type=int, default=800)
     parser.add_argument("--batch", type=int, default=128, help="rows per rank per step")
-    parser.add_argument("--env", action="append", default=[], metavar="HOROVOD_NAME=value",
-                        help="also time the default optimizer with this Horovod setting (repeatable)")
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="HOROVOD_NAME=value",
+        help="also time the default optimizer with this Horovod setting (repeatable)",
+    )
     parser.add_argument("--json", type=Path, default=RESULTS_PATH)
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.steps <= SKIP:

@@ -28,7 +28,8 @@ def fit_feature_pipeline(train_df, specs: list[ColumnSpec], cfg: FeaturizeConfig
     if vectors:
         raise SparkmlParError(
             f"data.features: vector column(s) {vectors} cannot be mixed with other feature columns; "
-            f"declare one vector column alone, or only scalar (float, int, string) columns")
+            f"declare one vector column alone, or only scalar (float, int, string) columns"
+        )
     numeric = [s.name for s in specs if s.type in ("float", "int")]
     strings = [s.name for s in specs if s.type == "string"]
     stages, assembled = [], []

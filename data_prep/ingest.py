@@ -51,8 +51,9 @@ def input_fingerprint(spark, cfg: DataConfig) -> str:
     if cfg.source == "synthetic":
         s = cfg.synthetic
         # Partitioning does not change the rows, so it is not part of the input's identity.
-        return hash_parts({"source": "synthetic", "rows": s.rows, "features": s.features, "classes": s.classes,
-                           "seed": s.seed})
+        return hash_parts(
+            {"source": "synthetic", "rows": s.rows, "features": s.features, "classes": s.classes, "seed": s.seed}
+        )
     return hash_parts(_input_files(spark, cfg, qualify_url(cfg.path)))
 
 
@@ -71,8 +72,10 @@ def ingest(spark, cfg: DataConfig, classes: list[str] | None = None) -> Ingested
     df = readers[cfg.source](spark, cfg, url)
     raw_columns = [c for c in df.columns if c not in INTERNAL_COLUMNS]
     if not raw_columns:
-        raise SparkmlParError(f"data.path {cfg.path!r} has no columns (is the {cfg.source} input empty?); "
-                              f"point data.path at a non-empty input")
+        raise SparkmlParError(
+            f"data.path {cfg.path!r} has no columns (is the {cfg.source} input empty?); "
+            f"point data.path at a non-empty input"
+        )
     df = _with_content_row_id(df, raw_columns)
     return Ingested(df=df, input_fingerprint=fingerprint, features=list(cfg.features), content_row_ids=True)
 
@@ -90,14 +93,19 @@ def from_dataframe(df) -> Ingested:
 def _input_files(spark, cfg: DataConfig, url: str) -> list[tuple[str, int, int]]:
     fs = HadoopFs(spark, url)
     if not fs.glob(url):
-        raise SparkmlParError(f"data.path {cfg.path!r} does not exist (resolved to {url!r}); "
-                              f"check the path, or use source: digits or synthetic to run without input files")
+        raise SparkmlParError(
+            f"data.path {cfg.path!r} does not exist (resolved to {url!r}); "
+            f"check the path, or use source: digits or synthetic to run without input files"
+        )
     files = fs.list_files(url)
     if cfg.source == "images":
         files = [f for f in files if f[0].rsplit(".", 1)[-1].lower() in IMAGE_EXTENSIONS]
     if not files:
-        kind, fix = (("image files (.png, .jpg, .jpeg)", "a folder with one subfolder of images per class")
-                     if cfg.source == "images" else ("files", "a non-empty input"))
+        kind, fix = (
+            ("image files (.png, .jpg, .jpeg)", "a folder with one subfolder of images per class")
+            if cfg.source == "images"
+            else ("files", "a non-empty input")
+        )
         raise SparkmlParError(f"data.path {cfg.path!r} holds no {kind}; the input is empty; point data.path at {fix}")
     return files
 
@@ -116,8 +124,10 @@ def unreadable_file_error(exc: BaseException, setting: str, path: str, file_form
         return None
     causes = _ROOT_CAUSE.findall(text)
     cause = f" ({causes[-1].strip()})" if causes else ""
-    return SparkmlParError(f"{setting} {path!r}: cannot read {failed.group(1)!r}{cause}; the file is truncated or "
-                           f"not {file_format}: write it again or remove it from {setting}")
+    return SparkmlParError(
+        f"{setting} {path!r}: cannot read {failed.group(1)!r}{cause}; the file is truncated or "
+        f"not {file_format}: write it again or remove it from {setting}"
+    )
 
 
 # Spark's CSV reader parses only the columns a query reads; a row with too few or too many fields is then
@@ -191,8 +201,9 @@ def _with_corrupt_record(df, corrupt: str, reason: str):
 
     if corrupt not in df.columns:
         return df.withColumns({INGEST_ERROR: F.lit(None).cast("string"), RAW_RECORD: F.lit(None).cast("string")})
-    return (df.withColumn(INGEST_ERROR, F.when(F.col(corrupt).isNotNull(), F.lit(reason)))
-              .withColumnRenamed(corrupt, RAW_RECORD))
+    return df.withColumn(INGEST_ERROR, F.when(F.col(corrupt).isNotNull(), F.lit(reason))).withColumnRenamed(
+        corrupt, RAW_RECORD
+    )
 
 
 def _csv(spark, cfg: DataConfig, url: str):
@@ -203,8 +214,13 @@ def _csv(spark, cfg: DataConfig, url: str):
     header = spark.read.options(**options).csv(url).schema
     corrupt = "_corrupt_record"
     schema = StructType([StructField(f.name, StringType()) for f in header] + [StructField(corrupt, StringType())])
-    df = (spark.read.options(**options).option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", corrupt)
-          .schema(schema).csv(url))
+    df = (
+        spark.read.options(**options)
+        .option("mode", "PERMISSIVE")
+        .option("columnNameOfCorruptRecord", corrupt)
+        .schema(schema)
+        .csv(url)
+    )
     return _with_corrupt_record(df, corrupt, "malformed_row")
 
 
@@ -227,8 +243,9 @@ def _images(spark, cfg: DataConfig, url: str, fingerprint: str, known_classes: l
     height, width = cfg.image_size
     channels = cfg.image_channels
     glob = "*.{" + ",".join(IMAGE_EXTENSIONS + tuple(e.upper() for e in IMAGE_EXTENSIONS)) + "}"
-    files = (spark.read.format("binaryFile").option("recursiveFileLookup", "true")
-             .option("pathGlobFilter", glob).load(url))
+    files = (
+        spark.read.format("binaryFile").option("recursiveFileLookup", "true").option("pathGlobFilter", glob).load(url)
+    )
     parts = F.split(F.col("path"), "/")
     files = files.withColumn("class", F.element_at(parts, -2)).withColumn("file", F.element_at(parts, -1))
     # The class names are an aggregate (one short string per folder), not data.
@@ -242,14 +259,21 @@ def _images(spark, cfg: DataConfig, url: str, fingerprint: str, known_classes: l
         _decode_images_udf(height, width, channels)(F.col("content")).alias("decoded"),
     )
     df = decoded.select(
-        ROW_ID, "file", cfg.label, F.col("decoded.features").alias(FEATURES),
+        ROW_ID,
+        "file",
+        cfg.label,
+        F.col("decoded.features").alias(FEATURES),
         F.when(F.col("decoded.error").isNotNull(), F.lit("undecodable_image")).alias(INGEST_ERROR),
         F.col("decoded.error").alias(RAW_RECORD),
     )
     size = channels * height * width
-    return Ingested(df=df, input_fingerprint=fingerprint,
-                    features=[ColumnSpec(name=FEATURES, type="vector", size=size, min=0.0, max=1.0)],
-                    feature_shape=[channels, height, width], classes=classes)
+    return Ingested(
+        df=df,
+        input_fingerprint=fingerprint,
+        features=[ColumnSpec(name=FEATURES, type="vector", size=size, min=0.0, max=1.0)],
+        feature_shape=[channels, height, width],
+        classes=classes,
+    )
 
 
 def _decode_images_udf(height: int, width: int, channels: int):
@@ -288,12 +312,20 @@ def _digits(spark, cfg: DataConfig, fingerprint: str) -> Ingested:
     digits = load_digits()
     features = (digits.data / 16.0).astype(np.float32)
     rows = [(i, features[i].tolist(), int(digits.target[i])) for i in range(len(features))]
-    schema = StructType([StructField(ROW_ID, LongType(), False), StructField(FEATURES, ArrayType(FloatType())),
-                         StructField(cfg.label, LongType())])
+    schema = StructType(
+        [
+            StructField(ROW_ID, LongType(), False),
+            StructField(FEATURES, ArrayType(FloatType())),
+            StructField(cfg.label, LongType()),
+        ]
+    )
     df = _with_corrupt_record(spark.createDataFrame(rows, schema), "_corrupt_record", "")
-    return Ingested(df=df, input_fingerprint=fingerprint,
-                    features=[ColumnSpec(name=FEATURES, type="vector", size=64, min=0.0, max=1.0)],
-                    feature_shape=[1, 8, 8])
+    return Ingested(
+        df=df,
+        input_fingerprint=fingerprint,
+        features=[ColumnSpec(name=FEATURES, type="vector", size=64, min=0.0, max=1.0)],
+        feature_shape=[1, 8, 8],
+    )
 
 
 def _synthetic(spark, cfg: DataConfig, fingerprint: str) -> Ingested:
@@ -305,8 +337,13 @@ def _synthetic(spark, cfg: DataConfig, fingerprint: str) -> Ingested:
     # Model parameters (class centres or regression weights) are small and drawn on the driver.
     params = np.random.default_rng([seed, 0]).normal(0.0, 1.0, size=(max(classes, 1), dims)).astype(np.float32)
     label_type = LongType() if classes else FloatType()
-    schema = StructType([StructField(ROW_ID, LongType(), False), StructField(FEATURES, ArrayType(FloatType())),
-                         StructField(cfg.label, label_type)])
+    schema = StructType(
+        [
+            StructField(ROW_ID, LongType(), False),
+            StructField(FEATURES, ArrayType(FloatType())),
+            StructField(cfg.label, label_type),
+        ]
+    )
     blocks = -(-rows // _SYNTHETIC_BLOCK_ROWS)
     partitions = s.partitions or spark.sparkContext.defaultParallelism
     block_rows = _SYNTHETIC_BLOCK_ROWS
@@ -334,6 +371,9 @@ def _synthetic(spark, cfg: DataConfig, fingerprint: str) -> Ingested:
 
     df = spark.range(0, blocks, 1, numPartitions=min(partitions, blocks)).mapInArrow(generate, schema)
     df = _with_corrupt_record(df, "_corrupt_record", "")
-    return Ingested(df=df, input_fingerprint=fingerprint,
-                    features=[ColumnSpec(name=FEATURES, type="vector", size=dims)],
-                    feature_shape=[dims])
+    return Ingested(
+        df=df,
+        input_fingerprint=fingerprint,
+        features=[ColumnSpec(name=FEATURES, type="vector", size=dims)],
+        feature_shape=[dims],
+    )

@@ -64,7 +64,6 @@ from sparkml_par.spark_jobs import JobName, spark_job
 log = logging.getLogger(__name__)
 
 
-
 @dataclass
 class PrepareResult:
     """What a prepare call produced: the manifest, where it lives, and whether it was already there."""
@@ -106,12 +105,15 @@ def _prepare(spark, cfg: DataConfig, owner: str | None, step: JobName) -> Prepar
             fs.delete(staging)
         raise
     seconds = time.time() - start
-    log.info("published %s in %.1f s (%.0f input rows/s)", output, seconds, manifest[MANIFEST_ROWS_IN] / max(seconds, 1e-9))
+    log.info(
+        "published %s in %.1f s (%.0f input rows/s)", output, seconds, manifest[MANIFEST_ROWS_IN] / max(seconds, 1e-9)
+    )
     return PrepareResult(manifest=manifest, output=output, skipped=False, seconds=seconds)
 
 
-def _build(spark, cfg: DataConfig, ing: Ingested, fingerprint: str, staging: str, output: str,
-           step: JobName) -> dict[str, Any]:
+def _build(
+    spark, cfg: DataConfig, ing: Ingested, fingerprint: str, staging: str, output: str, step: JobName
+) -> dict[str, Any]:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -136,8 +138,11 @@ def _build(spark, cfg: DataConfig, ing: Ingested, fingerprint: str, staging: str
         counts = {r[SPLIT]: r["count"] for r in clean.groupBy(SPLIT).count().collect()}  # three numbers
         stats = profile(clean, cfg.label, cfg.task, v.features)
         stats.update(duplicates=duplicates, deduplicated=bool(cfg.dedupe and duplicates))
-        warnings = (class_warnings(stats["label_distribution"], v.num_classes, v.classes)
-                    if cfg.task == "classification" else [])
+        warnings = (
+            class_warnings(stats["label_distribution"], v.num_classes, v.classes)
+            if cfg.task == "classification"
+            else []
+        )
         for warning in warnings:
             log.warning("data.label %r: %s", cfg.label, warning)
         storage.write_json(storage.HadoopFs(spark, staging), f"{staging}/{PROFILE}", stats)
@@ -159,8 +164,16 @@ def _build(spark, cfg: DataConfig, ing: Ingested, fingerprint: str, staging: str
                 continue
             stage.begin(f"write {name}")
             part = featurized.where(F.col(SPLIT) == name).select(*columns)
-            info = write_split(spark, part, f"{staging}/{name}", rows, shapes={FEATURES: (size,)},
-                               row_group_mb=cfg.row_group_size_mb, max_shards=cfg.max_shards, split=name)
+            info = write_split(
+                spark,
+                part,
+                f"{staging}/{name}",
+                rows,
+                shapes={FEATURES: (size,)},
+                row_group_mb=cfg.row_group_size_mb,
+                max_shards=cfg.max_shards,
+                split=name,
+            )
             splits[name] = {"path": name, **info}
             stage.done(f"write {name}", rows)
     finally:
@@ -262,12 +275,15 @@ def summary(result: PrepareResult) -> str:
     if m.get(MANIFEST_TASK) == "classification":
         counts = m.get(MANIFEST_CLASS_COUNTS) or {}
         names = m.get(MANIFEST_CLASSES)
-        lines.append(f"  classes       {m[MANIFEST_NUM_CLASSES]}: " + ", ".join(
-            f"{names[int(k)] if names and int(k) < len(names) else k}={n}" for k, n in counts.items()))
+        lines.append(
+            f"  classes       {m[MANIFEST_NUM_CLASSES]}: "
+            + ", ".join(f"{names[int(k)] if names and int(k) < len(names) else k}={n}" for k, n in counts.items())
+        )
         lines += [f"  warning       {w}" for w in m.get(MANIFEST_CLASS_WARNINGS, [])]
     for name, split in m[MANIFEST_SPLITS].items():
-        lines.append(f"  {name:<13} {split['rows']} rows in {split['row_groups']} row groups, "
-                     f"{len(split['files'])} files")
+        lines.append(
+            f"  {name:<13} {split['rows']} rows in {split['row_groups']} row groups, {len(split['files'])} files"
+        )
     if not result.skipped:
         lines.append(f"  {result.seconds:.1f} s, {m['rows_in'] / max(result.seconds, 1e-9):.0f} rows/s")
     return "\n".join(lines)

@@ -31,8 +31,7 @@ def fingerprint(cfg: DataConfig, input_fingerprint: str) -> str:
     settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in _NOT_IN_FINGERPRINT}
     # Synthetic rows do not depend on how many partitions generate them.
     settings["synthetic"].pop("partitions")
-    text = json.dumps({"data": settings, "input": input_fingerprint, "format_version": FORMAT_VERSION},
-                      sort_keys=True)
+    text = json.dumps({"data": settings, "input": input_fingerprint, "format_version": FORMAT_VERSION}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
@@ -54,8 +53,9 @@ def read_manifest(spark, dataset_url: str) -> dict[str, Any] | None:
     return json.loads(fs.read_text(url))
 
 
-def check_existing_output(spark, output_url: str, new_fingerprint: str, mode: str,
-                          owner: str | None = None) -> dict[str, Any] | None:
+def check_existing_output(
+    spark, output_url: str, new_fingerprint: str, mode: str, owner: str | None = None
+) -> dict[str, Any] | None:
     """The existing manifest when it matches (a no-op re-run); None when the output may be replaced (absent,
     data.mode=overwrite, or a dataset the same owner wrote); raises when it holds something else."""
     fs = HadoopFs(spark, output_url)
@@ -69,21 +69,24 @@ def check_existing_output(spark, output_url: str, new_fingerprint: str, mode: st
     if manifest is None:
         raise SparkmlParError(
             f"data.output {output_url!r} already exists and is not a dataset (no {MANIFEST}); "
-            f"choose another data.output, remove it, or set data.mode=overwrite to replace it")
+            f"choose another data.output, remove it, or set data.mode=overwrite to replace it"
+        )
     written_by = manifest.get(MANIFEST_OWNER)
-    by = (f"the pipeline of run directory {written_by!r}" if written_by
-          else "`sparkml-par prepare` or the notebook API")
-    mine = (f"; `sparkml-par run` replaces only datasets its own run directory ({owner!r}) wrote, and the "
-            f"manifest's {MANIFEST_OWNER!r} field says who wrote this one" if owner else "")
+    by = f"the pipeline of run directory {written_by!r}" if written_by else "`sparkml-par prepare` or the notebook API"
+    mine = (
+        f"; `sparkml-par run` replaces only datasets its own run directory ({owner!r}) wrote, and the "
+        f"manifest's {MANIFEST_OWNER!r} field says who wrote this one"
+        if owner
+        else ""
+    )
     raise SparkmlParError(
         f"data.output {output_url!r} already holds a dataset built from a different config or input "
         f"(fingerprint {manifest.get(MANIFEST_FINGERPRINT)!r}, created {manifest.get('created')!r} by {by}; this "
-        f"run's fingerprint is {new_fingerprint!r}){mine}; choose another data.output or set data.mode=overwrite")
+        f"run's fingerprint is {new_fingerprint!r}){mine}; choose another data.output or set data.mode=overwrite"
+    )
 
 
 def publish(spark, staging: str, output_url: str, manifest: dict[str, Any]) -> None:
     """Writes the manifest last, then renames the staging directory onto the output."""
     write_json(HadoopFs(spark, output_url), f"{staging}/{MANIFEST}", manifest)
     replace_directory(spark, staging, output_url, "dataset")
-
-

@@ -28,23 +28,33 @@ def profile(df, label: str, task: str, specs: list[ColumnSpec]) -> dict[str, Any
     numeric = [label] + [s.name for s in specs if s.type in ("float", "int")]
     for name in numeric:
         c = F.col(f"`{name}`")
-        aggregates += [F.count(F.when(c.isNull(), 1)).alias(f"{name}|nulls"), F.min(c).alias(f"{name}|min"),
-                       F.max(c).alias(f"{name}|max"), F.mean(c).alias(f"{name}|mean"),
-                       F.stddev(c).alias(f"{name}|stddev"), F.approx_count_distinct(c).alias(f"{name}|distinct")]
+        aggregates += [
+            F.count(F.when(c.isNull(), 1)).alias(f"{name}|nulls"),
+            F.min(c).alias(f"{name}|min"),
+            F.max(c).alias(f"{name}|max"),
+            F.mean(c).alias(f"{name}|mean"),
+            F.stddev(c).alias(f"{name}|stddev"),
+            F.approx_count_distinct(c).alias(f"{name}|distinct"),
+        ]
     for spec in specs:
         c = F.col(f"`{spec.name}`")
         if spec.type == "string":
-            aggregates += [F.count(F.when(c.isNull(), 1)).alias(f"{spec.name}|nulls"),
-                           F.approx_count_distinct(c).alias(f"{spec.name}|distinct")]
+            aggregates += [
+                F.count(F.when(c.isNull(), 1)).alias(f"{spec.name}|nulls"),
+                F.approx_count_distinct(c).alias(f"{spec.name}|distinct"),
+            ]
         elif spec.type == "vector":
             # Statistics over all elements; per-element sums come from one pass over each array.
             total = F.aggregate(c, F.lit(0.0), lambda acc, x: acc + x)
             squares = F.aggregate(c, F.lit(0.0), lambda acc, x: acc + x * x)
-            aggregates += [F.count(F.when(c.isNull(), 1)).alias(f"{spec.name}|nulls"),
-                           F.min(F.array_min(c)).alias(f"{spec.name}|min"),
-                           F.max(F.array_max(c)).alias(f"{spec.name}|max"),
-                           F.sum(total).alias(f"{spec.name}|sum"), F.sum(squares).alias(f"{spec.name}|squares"),
-                           F.sum(F.size(c)).alias(f"{spec.name}|elements")]
+            aggregates += [
+                F.count(F.when(c.isNull(), 1)).alias(f"{spec.name}|nulls"),
+                F.min(F.array_min(c)).alias(f"{spec.name}|min"),
+                F.max(F.array_max(c)).alias(f"{spec.name}|max"),
+                F.sum(total).alias(f"{spec.name}|sum"),
+                F.sum(squares).alias(f"{spec.name}|squares"),
+                F.sum(F.size(c)).alias(f"{spec.name}|elements"),
+            ]
     stats = df.agg(*aggregates).first().asDict()
     columns: dict[str, dict[str, Any]] = {}
     for key, value in stats.items():
@@ -69,13 +79,18 @@ def class_warnings(distribution: dict[str, int], num_classes: int, classes: list
     warnings = []
     empty = [k for k in range(num_classes) if k not in counts]
     if empty:
-        warnings.append(f"class ids {', '.join(map(named, empty))} of 0..{num_classes - 1} have no rows; the model "
-                        f"still has {num_classes} outputs (a stray label value, or set data.num_classes)")
+        warnings.append(
+            f"class ids {', '.join(map(named, empty))} of 0..{num_classes - 1} have no rows; the model "
+            f"still has {num_classes} outputs (a stray label value, or set data.num_classes)"
+        )
     average = sum(counts.values()) / max(len(counts), 1)
     rare = {k: n for k, n in sorted(counts.items()) if n < 0.1 * average}
     if rare:
-        warnings.append("classes with very few rows: " + ", ".join(f"{named(k)}: {n} rows" for k, n in rare.items())
-                        + f" (the average class has {average:.0f}); check the label column for stray values")
+        warnings.append(
+            "classes with very few rows: "
+            + ", ".join(f"{named(k)}: {n} rows" for k, n in rare.items())
+            + f" (the average class has {average:.0f}); check the label column for stray values"
+        )
     return warnings
 
 

@@ -29,8 +29,8 @@ log = logging.getLogger(__name__)
 class ScoringRows:
     """Rows ready for the model, and the rows the dataset's checks reject, counted by reason."""
 
-    rows: Any        # the row id, `features`, and every raw column that is not a feature (ids, the label)
-    rejected: Any    # rejected rows as the input had them, with _reject_reason
+    rows: Any  # the row id, `features`, and every raw column that is not a feature (ids, the label)
+    rejected: Any  # rejected rows as the input had them, with _reject_reason
     rows_in: int
     reasons: dict[str, int]
 
@@ -38,12 +38,16 @@ class ScoringRows:
 def dataset_manifest(spark, dataset_url: str) -> dict[str, Any]:
     manifest = read_manifest(spark, dataset_url)
     if manifest is None:
-        raise SparkmlParError(f"{dataset_url!r} is not a dataset (no {MANIFEST}); the model's dataset is needed to "
-                              f"read raw rows the way they were prepared: keep the data.output it was trained on")
+        raise SparkmlParError(
+            f"{dataset_url!r} is not a dataset (no {MANIFEST}); the model's dataset is needed to "
+            f"read raw rows the way they were prepared: keep the data.output it was trained on"
+        )
     if MANIFEST_DATA_CONFIG not in manifest:
-        raise SparkmlParError(f"dataset {dataset_url!r} was prepared by an older version that did not record its "
-                              f"validation rules; run `sparkml-par prepare` and `sparkml-par train` again to score "
-                              f"raw rows with it (prepared rows with a `features` column score as they are)")
+        raise SparkmlParError(
+            f"dataset {dataset_url!r} was prepared by an older version that did not record its "
+            f"validation rules; run `sparkml-par prepare` and `sparkml-par train` again to score "
+            f"raw rows with it (prepared rows with a `features` column score as they are)"
+        )
     return manifest
 
 
@@ -66,10 +70,18 @@ def score_rows(spark, ing: Ingested, manifest: dict[str, Any], dataset_url: str)
     pipeline = manifest.get(MANIFEST_FEATURE_PIPELINE)
     pipeline_url = f"{qualify_url(dataset_url)}/{pipeline}" if pipeline else None
     if v.reasons:
-        log.warning("%d of %d rows to score fail the dataset's checks (%s); they are not scored", v.rows_in - v.rows_clean,
-                    v.rows_in, ", ".join(f"{reason}: {n}" for reason, n in v.reasons.items()))
-    return ScoringRows(rows=featurize.apply_fitted(v.clean, pipeline_url, cfg.features), rejected=v.rejected,
-                       rows_in=v.rows_in, reasons=v.reasons)
+        log.warning(
+            "%d of %d rows to score fail the dataset's checks (%s); they are not scored",
+            v.rows_in - v.rows_clean,
+            v.rows_in,
+            ", ".join(f"{reason}: {n}" for reason, n in v.reasons.items()),
+        )
+    return ScoringRows(
+        rows=featurize.apply_fitted(v.clean, pipeline_url, cfg.features),
+        rejected=v.rejected,
+        rows_in=v.rows_in,
+        reasons=v.reasons,
+    )
 
 
 def apply_feature_pipeline(spark_df, dataset_path: str):
@@ -78,4 +90,3 @@ def apply_feature_pipeline(spark_df, dataset_path: str):
     spark = spark_df.sparkSession
     manifest = dataset_manifest(spark, dataset_path)
     return score_rows(spark, from_dataframe(spark_df), manifest, dataset_path).rows
-

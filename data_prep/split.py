@@ -21,8 +21,10 @@ def assign_splits(df, cfg: DataConfig):
     s = cfg.split
     key = canonical_values(df, [s.key]) if s.key else [F.col(ROW_ID)]
     position = F.pmod(F.xxhash64(F.lit(s.seed), *key), F.lit(_BUCKETS)) / _BUCKETS
-    return df.withColumn(SPLIT, F.when(position < s.train, "train")
-                         .when(position < s.train + s.validation, "validation").otherwise("test"))
+    return df.withColumn(
+        SPLIT,
+        F.when(position < s.train, "train").when(position < s.train + s.validation, "validation").otherwise("test"),
+    )
 
 
 def make_row_ids_unique(df):
@@ -34,5 +36,6 @@ def make_row_ids_unique(df):
     from pyspark.sql import functions as F
 
     occurrence = F.row_number().over(Window.partitionBy(ROW_ID).orderBy(ROW_ID))
-    return df.withColumn(ROW_ID, F.when(occurrence == 1, F.col(ROW_ID))
-                         .otherwise(F.xxhash64(F.col(ROW_ID), occurrence)))
+    return df.withColumn(
+        ROW_ID, F.when(occurrence == 1, F.col(ROW_ID)).otherwise(F.xxhash64(F.col(ROW_ID), occurrence))
+    )

@@ -49,11 +49,15 @@ def require_column(name: str, columns: list[str], setting: str, fix: str | None 
     hint = f"did you mean {close[0]!r}? " if close else ""
     separators = [sep for sep in (";", "\t", "|") if len(columns) == 1 and sep in columns[0]]
     if separators:  # a CSV read with the wrong separator has one column named after the whole header
-        hint = (f"the input has one column, whose name holds {separators[0]!r}: its fields look separated by "
-                f"{separators[0]!r}, so set data.csv_sep={separators[0]!r}; ")
-    raise SparkmlParError(f"{setting}: column {name!r} is not in the input; {hint}"
-                          f"the input's columns are {', '.join(map(repr, columns))}; "
-                          f"{fix or f'set {setting} to one of them'}")
+        hint = (
+            f"the input has one column, whose name holds {separators[0]!r}: its fields look separated by "
+            f"{separators[0]!r}, so set data.csv_sep={separators[0]!r}; "
+        )
+    raise SparkmlParError(
+        f"{setting}: column {name!r} is not in the input; {hint}"
+        f"the input's columns are {', '.join(map(repr, columns))}; "
+        f"{fix or f'set {setting} to one of them'}"
+    )
 
 
 def validate(ing: Ingested, cfg: DataConfig) -> Validated:
@@ -93,11 +97,21 @@ def validate(ing: Ingested, cfg: DataConfig) -> Validated:
         num_classes = cfg.num_classes or (len(classes) if classes else seen)
 
     clean = annotated.where(F.col(REJECT_REASON).isNull()).select(
-        ROW_ID, F.col("_label_value").alias(cfg.label),
-        *[F.col(f"_typed_{i}").alias(spec.name) for i, spec in enumerate(specs)], *carried)
-    return Validated(clean=clean, rejected=_rejected(annotated, df, raw_columns), rows_in=rows_in,
-                     rows_clean=clean_row["n"] if clean_row else 0, reasons=dict(sorted(reasons.items())),
-                     num_classes=num_classes, features=specs, classes=classes)
+        ROW_ID,
+        F.col("_label_value").alias(cfg.label),
+        *[F.col(f"_typed_{i}").alias(spec.name) for i, spec in enumerate(specs)],
+        *carried,
+    )
+    return Validated(
+        clean=clean,
+        rejected=_rejected(annotated, df, raw_columns),
+        rows_in=rows_in,
+        rows_clean=clean_row["n"] if clean_row else 0,
+        reasons=dict(sorted(reasons.items())),
+        num_classes=num_classes,
+        features=specs,
+        classes=classes,
+    )
 
 
 def validate_for_scoring(ing: Ingested, cfg: DataConfig, specs: list[ColumnSpec]) -> Validated:
@@ -113,16 +127,27 @@ def validate_for_scoring(ing: Ingested, cfg: DataConfig, specs: list[ColumnSpec]
     raw_columns = [c for c in df.columns if c not in INTERNAL_COLUMNS]
     names = [s.name for s in specs]
     for name in names:
-        require_column(name, raw_columns, "scoring input",
-                       fix=f"the model's features are built from the raw columns {names!r}: give the input all of them")
+        require_column(
+            name,
+            raw_columns,
+            "scoring input",
+            fix=f"the model's features are built from the raw columns {names!r}: give the input all of them",
+        )
     annotated, counts = _annotate(df, cfg, specs, None)
     rows_in, reasons, clean_row = _tally(counts)
     others = [F.col(f"`{c}`") for c in raw_columns if c not in names]
     clean = annotated.where(F.col(REJECT_REASON).isNull()).select(
-        ROW_ID, *[F.col(f"_typed_{i}").alias(name) for i, name in enumerate(names)], *others)
-    return Validated(clean=clean, rejected=_rejected(annotated, df, raw_columns), rows_in=rows_in,
-                     rows_clean=clean_row["n"] if clean_row else 0, reasons=dict(sorted(reasons.items())),
-                     num_classes=0, features=specs)
+        ROW_ID, *[F.col(f"_typed_{i}").alias(name) for i, name in enumerate(names)], *others
+    )
+    return Validated(
+        clean=clean,
+        rejected=_rejected(annotated, df, raw_columns),
+        rows_in=rows_in,
+        rows_clean=clean_row["n"] if clean_row else 0,
+        reasons=dict(sorted(reasons.items())),
+        num_classes=0,
+        features=specs,
+    )
 
 
 def _annotate(df, cfg: DataConfig, specs: list[ColumnSpec], label):
@@ -138,14 +163,19 @@ def _annotate(df, cfg: DataConfig, specs: list[ColumnSpec], label):
         typed.append(value)
         checks.extend(spec_checks)
     reason = F.coalesce(*[F.when(cond, text) for cond, text in checks])
-    annotated = df.select("*", reason.alias(REJECT_REASON), label_value.alias("_label_value"),
-                          *[v.alias(f"_typed_{i}") for i, v in enumerate(typed)])
+    annotated = df.select(
+        "*",
+        reason.alias(REJECT_REASON),
+        label_value.alias("_label_value"),
+        *[v.alias(f"_typed_{i}") for i, v in enumerate(typed)],
+    )
     counts = annotated.groupBy(REJECT_REASON).agg(F.count(F.lit(1)).alias("n"), F.max("_label_value").alias("top"))
     with naming_unreadable_files(cfg):  # the first job that reads every input file
         rows = counts.collect()
     if not rows:
-        raise SparkmlParError(f"data.path {cfg.path!r} has no rows ({cfg.source} input is empty); "
-                              f"point data.path at a non-empty input")
+        raise SparkmlParError(
+            f"data.path {cfg.path!r} has no rows ({cfg.source} input is empty); point data.path at a non-empty input"
+        )
     return annotated, rows
 
 
@@ -160,7 +190,8 @@ def _rejected(annotated, df, raw_columns: list[str]):
     from pyspark.sql import functions as F
 
     return annotated.where(F.col(REJECT_REASON).isNotNull()).select(
-        ROW_ID, *[_as_text(df, c).alias(c) for c in raw_columns], RAW_RECORD, REJECT_REASON)
+        ROW_ID, *[_as_text(df, c).alias(c) for c in raw_columns], RAW_RECORD, REJECT_REASON
+    )
 
 
 def _holds_text(cfg: DataConfig, counts) -> bool:
@@ -172,8 +203,9 @@ def _holds_text(cfg: DataConfig, counts) -> bool:
 
 def _readable_labels(cfg: DataConfig, reasons: dict[str, int], rows_in: int) -> int:
     """Rows whose label could be read at all: not unreadable rows, not missing labels."""
-    return rows_in - sum(n for r, n in reasons.items() if r in ("malformed_row", "undecodable_image",
-                                                                f"null:{cfg.label}"))
+    return rows_in - sum(
+        n for r, n in reasons.items() if r in ("malformed_row", "undecodable_image", f"null:{cfg.label}")
+    )
 
 
 def _text_classes(df, cfg: DataConfig) -> list[str]:
@@ -186,11 +218,14 @@ def _text_classes(df, cfg: DataConfig) -> list[str]:
     if len(values) > MAX_CLASSES:
         raise SparkmlParError(
             f"data.label: column {cfg.label!r} holds text with more than {MAX_CLASSES} distinct values, too many "
-            f"for the classes of a classification label; choose another data.label")
+            f"for the classes of a classification label; choose another data.label"
+        )
     if cfg.num_classes and len(values) > cfg.num_classes:
         raise SparkmlParError(
-            f"data.label: column {cfg.label!r} holds {len(values)} distinct classes ({', '.join(map(repr, sorted(values)[:20]))}) "
-            f"but data.num_classes={cfg.num_classes}; set data.num_classes={len(values)} or 0 (read from the data)")
+            f"data.label: column {cfg.label!r} holds {len(values)} distinct classes "
+            f"({', '.join(map(repr, sorted(values)[:20]))}) "
+            f"but data.num_classes={cfg.num_classes}; set data.num_classes={len(values)} or 0 (read from the data)"
+        )
     return sorted(values)
 
 
@@ -213,7 +248,8 @@ def check_reject_fraction(v: Validated, cfg: DataConfig, quarantine_url: str) ->
             f"{rejected} of {v.rows_in} rows ({fraction:.1%}) failed validation, more than "
             f"data.max_reject_fraction={cfg.max_reject_fraction:g} allows ({top}); the rejected rows are in "
             f"{quarantine_url!r} with a _reject_reason column; fix the input or the declared columns, or raise "
-            f"data.max_reject_fraction")
+            f"data.max_reject_fraction"
+        )
 
 
 def _infer_specs(df, cfg: DataConfig, raw_columns: list[str]) -> list[ColumnSpec]:
@@ -228,25 +264,35 @@ def _infer_specs(df, cfg: DataConfig, raw_columns: list[str]) -> list[ColumnSpec
 
     fields = [f for f in df.schema.fields if f.name in raw_columns and f.name not in (cfg.label, cfg.split.key)]
     if not fields:
-        raise SparkmlParError(f"data.features: the input has no columns besides the label {cfg.label!r}; "
-                              f"add feature columns to the input")
+        raise SparkmlParError(
+            f"data.features: the input has no columns besides the label {cfg.label!r}; add feature columns to the input"
+        )
     for f in fields:
         if isinstance(f.dataType, ArrayType):
-            raise SparkmlParError(f"data.features: column {f.name!r} is an array; declare it with "
-                                  f"type: vector and its size, e.g. {{name: {f.name}, type: vector, size: 64}}")
+            raise SparkmlParError(
+                f"data.features: column {f.name!r} is an array; declare it with "
+                f"type: vector and its size, e.g. {{name: {f.name}, type: vector, size: 64}}"
+            )
     texts = [f.name for f in fields if isinstance(f.dataType, StringType)]
     numbers_in_text = {}
     if texts:
         counts = []
         for i, name in enumerate(texts):
             column = F.col(f"`{name}`")
-            counts += [F.count(column).alias(f"values_{i}"),
-                       F.count(F.expr(f"try_cast(`{name}` AS double)")).alias(f"numbers_{i}")]
+            counts += [
+                F.count(column).alias(f"values_{i}"),
+                F.count(F.expr(f"try_cast(`{name}` AS double)")).alias(f"numbers_{i}"),
+            ]
         with naming_unreadable_files(cfg):
             row = df.where(F.col(INGEST_ERROR).isNull()).agg(*counts).first()
         numbers_in_text = {name: row[f"numbers_{i}"] > row[f"values_{i}"] / 2 for i, name in enumerate(texts)}
-    return [ColumnSpec(name=f.name, type="float" if isinstance(f.dataType, NumericType) or numbers_in_text.get(f.name)
-                       else "string") for f in fields]
+    return [
+        ColumnSpec(
+            name=f.name,
+            type="float" if isinstance(f.dataType, NumericType) or numbers_in_text.get(f.name) else "string",
+        )
+        for f in fields
+    ]
 
 
 def _check_label_type(df, cfg: DataConfig) -> None:
@@ -257,7 +303,8 @@ def _check_label_type(df, cfg: DataConfig) -> None:
         raise SparkmlParError(
             f"data.label: column {cfg.label!r} has type {dtype.simpleString()}, but a {cfg.task} label must be "
             f"a number{' (integer class ids 0..K-1)' if cfg.task == 'classification' else ''}; "
-            f"choose another data.label or convert the column")
+            f"choose another data.label or convert the column"
+        )
 
 
 def _check_label_values(cfg: DataConfig, reasons: dict[str, int], rows_in: int) -> None:
@@ -268,13 +315,15 @@ def _check_label_values(cfg: DataConfig, reasons: dict[str, int], rows_in: int) 
         raise SparkmlParError(
             f"data.label: column {cfg.label!r} holds text, not numbers ({text} of {readable} values do not "
             f"parse); a {cfg.task} label must be numeric; choose another data.label, or set "
-            f"data.task=classification to use its values as classes")
+            f"data.task=classification to use its values as classes"
+        )
     fractional = reasons.get(f"not_integer:{cfg.label}", 0)
     if readable and fractional > readable / 2:
         raise SparkmlParError(
             f"data.label: column {cfg.label!r} holds fractional numbers ({fractional} of {readable} values), but "
             f"data.task=classification needs integer class ids; set data.task=regression or choose another "
-            f"data.label")
+            f"data.label"
+        )
 
 
 def _as_double(df, name: str):
@@ -334,8 +383,10 @@ def _feature_checks(df, spec: ColumnSpec, cfg: DataConfig):
     dtype = df.schema[spec.name].dataType
     if spec.type == "vector":
         if not (isinstance(dtype, ArrayType) and isinstance(dtype.elementType, NumericType)):
-            raise SparkmlParError(f"data.features: column {spec.name!r} is declared type: vector but holds "
-                                  f"{dtype.simpleString()}; declare its real type or convert it to an array of numbers")
+            raise SparkmlParError(
+                f"data.features: column {spec.name!r} is declared type: vector but holds "
+                f"{dtype.simpleString()}; declare its real type or convert it to an array of numbers"
+            )
         return _vector_checks(raw, spec)
     if spec.type == "string":
         impute = cfg.featurize.impute != "none"
@@ -343,16 +394,23 @@ def _feature_checks(df, spec: ColumnSpec, cfg: DataConfig):
         checks = [] if impute else [(raw.isNull(), F.lit(f"null:{spec.name}"))]
         if spec.categories is not None:
             allowed = F.array(*[F.lit(c) for c in spec.categories])
-            checks.append((raw.isNotNull() & ~F.array_contains(allowed, raw.cast("string")),
-                           F.lit(f"unknown_category:{spec.name}")))
+            checks.append(
+                (
+                    raw.isNotNull() & ~F.array_contains(allowed, raw.cast("string")),
+                    F.lit(f"unknown_category:{spec.name}"),
+                )
+            )
         return value, checks
     if not isinstance(dtype, (NumericType, StringType)):
-        raise SparkmlParError(f"data.features: column {spec.name!r} is declared type: {spec.type} but holds "
-                              f"{dtype.simpleString()}; declare its real type or convert it")
+        raise SparkmlParError(
+            f"data.features: column {spec.name!r} is declared type: {spec.type} but holds "
+            f"{dtype.simpleString()}; declare its real type or convert it"
+        )
     value = _as_double(df, spec.name)
     nullable = cfg.featurize.impute != "none"
-    checks = _number_checks(raw, value, spec.name, integer=spec.type == "int", low=spec.min, high=spec.max,
-                            nullable=nullable)
+    checks = _number_checks(
+        raw, value, spec.name, integer=spec.type == "int", low=spec.min, high=spec.max, nullable=nullable
+    )
     return value, checks
 
 

@@ -28,8 +28,7 @@ log = logging.getLogger(__name__)
 # petastorm 0.12's metadata helpers take a legacy pyarrow ParquetDataset and use its attributes deprecated
 # since pyarrow 5 (why pyarrow is pinned to 14): deprecation notices of the pinned stack, not the user's to act on.
 warnings.filterwarnings("ignore", category=FutureWarning, module=r"petastorm(\.|$)")
-warnings.filterwarnings("ignore", message=r"Passing 'use_legacy_dataset=True'", category=FutureWarning,
-                        module=__name__)
+warnings.filterwarnings("ignore", message=r"Passing 'use_legacy_dataset=True'", category=FutureWarning, module=__name__)
 
 MIB = 1024 * 1024
 
@@ -99,30 +98,51 @@ def unischema_from_spark(name: str, schema, shapes: dict[str, tuple[int, ...]]):
             # Arrays are stored as Parquet lists without a codec; readers return them as numpy arrays.
             fields.append(UnischemaField(f.name, dtype, tuple(shapes.get(f.name, (None,))), None, f.nullable))
         else:
-            fields.append(UnischemaField(f.name, _numpy_type(f.name, f.dataType), (), ScalarCodec(f.dataType),
-                                         f.nullable))
+            fields.append(
+                UnischemaField(f.name, _numpy_type(f.name, f.dataType), (), ScalarCodec(f.dataType), f.nullable)
+            )
     return Unischema(name, fields)
 
 
 def _numpy_type(column: str, dtype):
     from pyspark.sql import types as T
 
-    numpy_types = {T.LongType: np.int64, T.IntegerType: np.int32, T.ShortType: np.int16, T.ByteType: np.int8,
-                   T.FloatType: np.float32, T.DoubleType: np.float64, T.BooleanType: np.bool_,
-                   T.StringType: np.str_, T.BinaryType: np.bytes_}
+    numpy_types = {
+        T.LongType: np.int64,
+        T.IntegerType: np.int32,
+        T.ShortType: np.int16,
+        T.ByteType: np.int8,
+        T.FloatType: np.float32,
+        T.DoubleType: np.float64,
+        T.BooleanType: np.bool_,
+        T.StringType: np.str_,
+        T.BinaryType: np.bytes_,
+    }
     if type(dtype) not in numpy_types:
-        raise SparkmlParError(f"column {column!r} has type {dtype.simpleString()}, which a petastorm dataset "
-                              f"cannot hold; convert it to a number, string, binary or array of numbers")
+        raise SparkmlParError(
+            f"column {column!r} has type {dtype.simpleString()}, which a petastorm dataset "
+            f"cannot hold; convert it to a number, string, binary or array of numbers"
+        )
     return numpy_types[type(dtype)]
 
 
-def write_split(spark, df, url: str, rows: int, *, shapes: dict[str, tuple[int, ...]], row_group_mb: float,
-                max_shards: int, split: str = "split") -> dict[str, Any]:
+def write_split(
+    spark,
+    df,
+    url: str,
+    rows: int,
+    *,
+    shapes: dict[str, tuple[int, ...]],
+    row_group_mb: float,
+    max_shards: int,
+    split: str = "split",
+) -> dict[str, Any]:
     """Writes df (rows known) as a petastorm dataset at url; returns rows, row groups and rows per file."""
     if rows < max_shards:
         raise SparkmlParError(
             f"the {split} split has {rows} rows, fewer than data.max_shards={max_shards} (every shard needs at "
-            f"least one row group of one row); lower data.max_shards or give the {split} split more rows")
+            f"least one row group of one row); lower data.max_shards or give the {split} split more rows"
+        )
     fs, root = _filesystem(url)
     target_rows = max(1, int(row_group_mb * MIB // max(estimate_row_bytes(df.schema, shapes), 1)))
     source, counts = _partitions(spark, df, rows, target_rows, max_shards)
@@ -138,7 +158,8 @@ def write_split(spark, df, url: str, rows: int, *, shapes: dict[str, tuple[int, 
     if groups != len(written) or sum(n for n, _ in files.values()) != rows or groups != sum(plan.values()):
         raise SparkmlParError(
             f"the {split} split was written as {groups} row groups / {sum(n for n, _ in files.values())} rows "
-            f"instead of {sum(plan.values())} / {rows}; is something else writing to {url}?")
+            f"instead of {sum(plan.values())} / {rows}; is something else writing to {url}?"
+        )
     _add_petastorm_metadata(spark, url, schema, {name: n for name, (_, n) in files.items()})
     return {"rows": rows, "row_groups": groups, "files": {path: n for path, (n, _) in files.items()}}
 
@@ -157,8 +178,9 @@ def _add_petastorm_metadata(spark, url: str, schema, row_groups: dict[str, int])
     from petastorm.fs_utils import FilesystemResolver
     from petastorm.utils import add_to_dataset_metadata
 
-    resolver = FilesystemResolver(url, spark.sparkContext._jsc.hadoopConfiguration(),
-                                  user=spark.sparkContext.sparkUser())
+    resolver = FilesystemResolver(
+        url, spark.sparkContext._jsc.hadoopConfiguration(), user=spark.sparkContext.sparkUser()
+    )
     fs, path = resolver.filesystem(), resolver.get_dataset_path()
     dataset = pq.ParquetDataset(path, filesystem=fs, validate_schema=False)
     add_to_dataset_metadata(dataset, UNISCHEMA_KEY, pickle.dumps(schema))
@@ -176,7 +198,8 @@ def _filesystem(url: str):
         raise SparkmlParError(
             f"cannot write a dataset to {url!r}: {exc}; datasets are written by pyarrow from the executors, "
             f"so data.output must be a local or mounted path (e.g. /dbfs/... on Databricks) or an "
-            f"s3://, gs:// or hdfs:// URL") from None
+            f"s3://, gs:// or hdfs:// URL"
+        ) from None
 
 
 def _partitions(spark, df, rows: int, target_rows: int, max_shards: int):
@@ -196,8 +219,10 @@ def _partitions(spark, df, rows: int, target_rows: int, max_shards: int):
         df = df.coalesce(1)
         counts = {0: rows}
     if sum(counts.values()) != rows:
-        raise SparkmlParError(f"the split was counted as {rows} rows but its partitions hold "
-                              f"{sum(counts.values())}; is the input changing while it is being prepared?")
+        raise SparkmlParError(
+            f"the split was counted as {rows} rows but its partitions hold "
+            f"{sum(counts.values())}; is the input changing while it is being prepared?"
+        )
     return df, counts
 
 
@@ -240,7 +265,8 @@ def _partition_writer(url: str, sizes: dict[int, list[int]]):
         if index != len(planned) or buffered:
             raise SparkmlParError(
                 f"partition {partition} of {url} held {sum(planned[:index]) + buffered} rows, not the "
-                f"{sum(planned)} counted before writing; is the input changing while it is being prepared?")
+                f"{sum(planned)} counted before writing; is the input changing while it is being prepared?"
+            )
 
     return write
 
@@ -259,11 +285,15 @@ def read_file_counts(spark, url: str) -> dict[str, tuple[int, int]]:
     import pyarrow.parquet as pq
     from petastorm.fs_utils import FilesystemResolver
 
-    resolver = FilesystemResolver(url, spark.sparkContext._jsc.hadoopConfiguration(),
-                                  user=spark.sparkContext.sparkUser())
+    resolver = FilesystemResolver(
+        url, spark.sparkContext._jsc.hadoopConfiguration(), user=spark.sparkContext.sparkUser()
+    )
     fs, root = resolver.filesystem(), resolver.get_dataset_path()
-    paths = sorted(p for p in fs.ls(root) if p.rsplit("/", 1)[-1].endswith(".parquet")
-                   and not p.rsplit("/", 1)[-1].startswith(("_", ".")))
+    paths = sorted(
+        p
+        for p in fs.ls(root)
+        if p.rsplit("/", 1)[-1].endswith(".parquet") and not p.rsplit("/", 1)[-1].startswith(("_", "."))
+    )
 
     def footer(path: str) -> tuple[str, tuple[int, int]]:
         with fs.open(path) as handle:

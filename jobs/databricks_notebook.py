@@ -43,11 +43,18 @@ from sparkml_par.config import load_config
 from sparkml_par.logs import setup_logging
 
 root = OUTPUT_ROOT.rstrip("/")
-cfg = load_config(CONF, [
-    f"output.run_dir={root}", f"data.output={root}/dataset", f"train.output={root}/model",
-    f"score.output={root}/predictions", f"tune.output={root}/tune", "train.launcher=barrier",
-    *OVERRIDES,  # last, so they win
-])
+cfg = load_config(
+    CONF,
+    [
+        f"output.run_dir={root}",
+        f"data.output={root}/dataset",
+        f"train.output={root}/model",
+        f"score.output={root}/predictions",
+        f"tune.output={root}/tune",
+        "train.launcher=barrier",
+        *OVERRIDES,  # last, so they win
+    ],
+)
 setup_logging(cfg.output.quiet, cfg.output.log_format)
 Path(cfg.output.run_dir).mkdir(parents=True, exist_ok=True)
 Path(cfg.output.run_dir, "config.yaml").write_text(cfg.to_yaml())

@@ -62,8 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"sparkml-par {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    doctor = commands.add_parser("doctor", help="check that this machine's Python, Java and packages can run the "
-                                                "pipeline, and say how to fix what cannot")
+    doctor = commands.add_parser(
+        "doctor",
+        help="check that this machine's Python, Java and packages can run the pipeline, and say how to fix what cannot",
+    )
     doctor.set_defaults(handler=_run_doctor)
 
     config = commands.add_parser("config", help="print the effective config as YAML")
@@ -75,15 +77,20 @@ def build_parser() -> argparse.ArgumentParser:
         stage = commands.add_parser(name, help=help_text)
         _add_config_arguments(stage, conf_required=True)
         if name == "run":
-            stage.add_argument("--from", dest="from_stage", choices=["prepare", "tune", "train", "score", "report"],
-                               help="run this stage and all later ones even if unchanged (output.from_stage)")
+            stage.add_argument(
+                "--from",
+                dest="from_stage",
+                choices=["prepare", "tune", "train", "score", "report"],
+                help="run this stage and all later ones even if unchanged (output.from_stage)",
+            )
         stage.set_defaults(handler=_run_stage)
     return parser
 
 
 def _add_config_arguments(parser: argparse.ArgumentParser, conf_required: bool) -> None:
-    parser.add_argument("conf", metavar="CONF", nargs=None if conf_required else "?",
-                        help="YAML config file, e.g. conf/quickstart.yaml")
+    parser.add_argument(
+        "conf", metavar="CONF", nargs=None if conf_required else "?", help="YAML config file, e.g. conf/quickstart.yaml"
+    )
     parser.add_argument("overrides", metavar="section.key=value", nargs="*", help=_OVERRIDES_HELP)
     parser.add_argument("--quiet", action="store_true", help="only warnings and the final summary (output.quiet)")
     parser.add_argument("--log-format", choices=["text", "json"], help="log lines as text or JSON (output.log_format)")

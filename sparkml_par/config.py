@@ -102,10 +102,12 @@ class DataConfig:
     dedupe: bool = _field(False, "Drop exact duplicate rows (they are counted in the profile either way).")
     featurize: FeaturizeConfig = _field(FeaturizeConfig, "Spark ML feature pipeline, fitted on the train split.")
     split: SplitConfig = _field(SplitConfig, "Deterministic train/validation/test split.")
-    row_group_size_mb: float = _field(4.0, "Target Parquet row-group size (each file holds one row group).",
-                                      minimum=0.01)
-    max_shards: int = _field(8, "Largest rank count the dataset is laid out for; any divisor gets equal shares.",
-                             minimum=1)
+    row_group_size_mb: float = _field(
+        4.0, "Target Parquet row-group size (each file holds one row group).", minimum=0.01
+    )
+    max_shards: int = _field(
+        8, "Largest rank count the dataset is laid out for; any divisor gets equal shares.", minimum=1
+    )
     output: str = _field("runs/latest/dataset", "Dataset directory (any URL Spark and pyarrow read).")
     mode: Literal["error", "overwrite"] = _field("error", "What to do when the output holds a different dataset.")
 
@@ -114,8 +116,7 @@ class DataConfig:
 class EarlyStoppingConfig:
     monitor: str = _field("val_loss", "Metric to watch, e.g. val_loss or val_accuracy.")
     mode: Literal["min", "max"] = _field("min", "Whether smaller or larger is better.")
-    patience: int = _field(0, "Epochs without improvement before stopping; 0 turns early stopping off.",
-                           minimum=0)
+    patience: int = _field(0, "Epochs without improvement before stopping; 0 turns early stopping off.", minimum=0)
     min_delta: float = _field(0.0, "Smallest change that counts as an improvement.", minimum=0.0)
 
 
@@ -136,8 +137,9 @@ class TrainConfig:
     nesterov: bool = _field(False, "Nesterov momentum for SGD.")
     weight_decay: float = _field(0.0, "Weight decay.", minimum=0.0)
     lr_scaling: Literal["linear", "sqrt", "none"] = _field("linear", "How the learning rate grows with ranks.")
-    warmup_epochs: float = _field(0.0, "Linear warm-up from lr/size to the scaled lr over this many epochs.",
-                                  minimum=0.0)
+    warmup_epochs: float = _field(
+        0.0, "Linear warm-up from lr/size to the scaled lr over this many epochs.", minimum=0.0
+    )
     scheduler: Literal["none", "step", "exponential", "cosine", "plateau"] = _field("none", "LR schedule.")
     step_size: int = _field(1, "Epochs between decays of the step scheduler.", minimum=1)
     gamma: float = _field(0.1, "Decay factor of the step, exponential and plateau schedulers.", minimum=0.0)
@@ -154,15 +156,19 @@ class TrainConfig:
     checkpoint_every: int = _field(1, "Write a checkpoint every N epochs.", minimum=1)
     keep_checkpoints: int = _field(3, "Checkpoints kept; older ones are deleted.", minimum=1)
     resume: Literal["auto", "never"] = _field("auto", "auto resumes from the newest complete checkpoint.")
-    pipeline_stages: int = _field(1, "Split the model into this many consecutive stages (model parallelism).",
-                                  minimum=1)
-    pipeline_boundaries: list[int] = _field([], "Layer indexes where stages start; empty balances stages by parameter count.")
+    pipeline_stages: int = _field(
+        1, "Split the model into this many consecutive stages (model parallelism).", minimum=1
+    )
+    pipeline_boundaries: list[int] = _field(
+        [], "Layer indexes where stages start; empty balances stages by parameter count."
+    )
     micro_batches: int = _field(1, "Micro-batches per batch in the stage pipeline.", minimum=1)
     seed: int = _field(0, "Seed of weights, shuffling and dropout.")
     threads_per_rank: int = _field(1, "torch intra-op threads per rank.", minimum=1)
     timeout: float = _field(3600.0, "Seconds the whole training stage may take.", minimum=1.0)
-    step_timeout: float = _field(600.0, "Fail the stage when a rank makes no step for this many seconds; 0 turns "
-                                        "the guard off.", minimum=0.0)
+    step_timeout: float = _field(
+        600.0, "Fail the stage when a rank makes no step for this many seconds; 0 turns the guard off.", minimum=0.0
+    )
     output: str = _field("runs/latest/model", "Directory of checkpoints, metrics and the model artifact.")
 
 
@@ -191,10 +197,12 @@ class TuneConfig:
 
 @dataclass
 class ScoreConfig:
-    input: Optional[str] = _field(None, "Dataset, Parquet or raw CSV/JSON lines/image path to score; None scores "
-                                        "the dataset's test split.")
+    input: Optional[str] = _field(
+        None, "Dataset, Parquet or raw CSV/JSON lines/image path to score; None scores the dataset's test split."
+    )
     source: Optional[Literal["csv", "json", "parquet", "images"]] = _field(
-        None, "Format of raw score.input files; None tells it from a dataset, Parquet, or the files' extensions.")
+        None, "Format of raw score.input files; None tells it from a dataset, Parquet, or the files' extensions."
+    )
     model: Optional[str] = _field(None, "Model artifact directory; None uses train.output.")
     id_column: str = _field(ROW_ID, "Column joined to each prediction.")
     batch_size: int = _field(1024, "Rows per model call inside the UDF.", minimum=1)
@@ -207,7 +215,8 @@ class OutputConfig:
     log_format: Literal["text", "json"] = _field("text", "Progress lines as text or JSON (for schedulers).")
     quiet: bool = _field(False, "Only warnings and the final summary.")
     from_stage: Optional[Literal["prepare", "tune", "train", "score", "report"]] = _field(
-        None, "sparkml-par run: run this stage and every later one even if unchanged (--from STAGE).")
+        None, "sparkml-par run: run this stage and every later one even if unchanged (--from STAGE)."
+    )
 
 
 @dataclass
@@ -250,8 +259,10 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         raw = yaml.safe_load(path.read_text())
     except yaml.constructor.ConstructorError as exc:
-        raise ConfigError(f"config file {str(path)!r} uses a YAML tag that builds objects ({_yaml_problem(exc)}); "
-                          f"config files hold plain values only") from None
+        raise ConfigError(
+            f"config file {str(path)!r} uses a YAML tag that builds objects ({_yaml_problem(exc)}); "
+            f"config files hold plain values only"
+        ) from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file {str(path)!r} is not valid YAML: {_yaml_problem(exc)}") from None
     if raw is None:
@@ -282,10 +293,10 @@ def _apply_override(raw: dict[str, Any], override: str) -> None:
             hint = typing.get_args(hint)[1]
         else:
             hint = _field_type(_unwrap_optional(hint), part)
-        node = _override_section(node, part, override, parts[:i + 1])
+        node = _override_section(node, part, override, parts[: i + 1])
         if _origin(hint) is dict and not dataclasses.is_dataclass(typing.get_args(hint)[1]):
             # The rest of the path is one dict key: spark.conf.spark.sql.shuffle.partitions=4
-            node[".".join(parts[i + 1:])] = value
+            node[".".join(parts[i + 1 :])] = value
             return
     node[parts[-1]] = value
 
@@ -297,8 +308,9 @@ def _parse_override_value(override: str, text: str) -> Any:
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"override {override!r}: the value is not valid YAML ({_yaml_problem(exc)}); "
-                          f"quote it to pass a string") from None
+        raise ConfigError(
+            f"override {override!r}: the value is not valid YAML ({_yaml_problem(exc)}); quote it to pass a string"
+        ) from None
 
 
 def _override_section(node: dict[str, Any], part: str, override: str, path: list[str]) -> dict[str, Any]:
@@ -320,6 +332,7 @@ def _interpolate_env(value: Any, path: str) -> Any:
     if isinstance(value, list):
         return [_interpolate_env(v, f"{path}[{i}]") for i, v in enumerate(value)]
     if isinstance(value, str):
+
         def substitute(match: re.Match) -> str:
             name, default = match.group(1), match.group(2)
             if name in os.environ:
@@ -329,6 +342,7 @@ def _interpolate_env(value: Any, path: str) -> Any:
             raise ConfigError(
                 f"{path}: environment variable {name!r} is not set; export it or write ${{{name}:-default}}"
             )
+
         result, count = _ENV_PATTERN.subn(substitute, value)
         return _FromEnv(result) if count else result
     return value
@@ -400,7 +414,9 @@ def _coerce(value: Any, hint: Any, path: str, meta: typing.Mapping[str, Any]) ->
         if value not in allowed:
             close = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1)
             hint_text = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ConfigError(f"{path}: {value!r} is not allowed{hint_text}; choose one of {', '.join(map(repr, allowed))}")
+            raise ConfigError(
+                f"{path}: {value!r} is not allowed{hint_text}; choose one of {', '.join(map(repr, allowed))}"
+            )
         return value
     if dataclasses.is_dataclass(hint):
         return _build(hint, value, path)
@@ -456,17 +472,21 @@ def _check_section(section: Any, path: str) -> None:
         if section.type == "choice" and not section.values:
             raise ConfigError(f"{path}: a choice parameter needs a non-empty 'values' list")
         if section.type != "choice" and (section.low is None or section.high is None or section.low >= section.high):
-            raise ConfigError(f"{path}: type {section.type!r} needs low < high, got low={section.low!r} "
-                              f"high={section.high!r}")
+            raise ConfigError(
+                f"{path}: type {section.type!r} needs low < high, got low={section.low!r} high={section.high!r}"
+            )
         if section.type == "loguniform" and section.low is not None and section.low <= 0:
             raise ConfigError(f"{path}: a loguniform parameter needs low > 0, got {section.low!r}")
     elif isinstance(section, DataConfig):
         if section.source in ("csv", "json", "parquet", "images") and not section.path:
-            raise ConfigError(f"{path}.path: source {section.source!r} reads files, so data.path must be set "
-                              f"(any URL Spark reads, e.g. file:///data/train.csv)")
+            raise ConfigError(
+                f"{path}.path: source {section.source!r} reads files, so data.path must be set "
+                f"(any URL Spark reads, e.g. file:///data/train.csv)"
+            )
         if len(section.image_size) != 2 or min(section.image_size) < 1:
-            raise ConfigError(f"{path}.image_size: expected [height, width] of positive integers, "
-                              f"got {section.image_size!r}")
+            raise ConfigError(
+                f"{path}.image_size: expected [height, width] of positive integers, got {section.image_size!r}"
+            )
 
 
 def describe(cls: type = Config, prefix: str = "") -> list[tuple[str, str, str]]:

@@ -17,12 +17,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional, TextIO
 
-HOROVOD_FIX = ("run `make setup`, which builds Horovod with scripts/build_horovod.sh "
-               "(run the script directly when setup already ran)")
+HOROVOD_FIX = (
+    "run `make setup`, which builds Horovod with scripts/build_horovod.sh "
+    "(run the script directly when setup already ran)"
+)
 
 # Version prefix each package needs and why: what is checked when no constraints.txt is at hand.
 EXPECTED: dict[str, tuple[str, str]] = {
-    "pyspark": ("4.0", "the pipeline is built and tested on Spark 4.0 (4.1 needs pyarrow 15, which petastorm 0.12 cannot use)"),
+    "pyspark": (
+        "4.0",
+        "the pipeline is built and tested on Spark 4.0 (4.1 needs pyarrow 15, which petastorm 0.12 cannot use)",
+    ),
     "torch": ("2", "the models and Horovod's torch bindings are built for torch 2"),
     "horovod": ("0.28", "the launcher is written against Horovod 0.28's Gloo rendezvous"),
     "petastorm": ("0.12", "0.13 pins setuptools<70, which conflicts with torch's setuptools>=77"),
@@ -58,7 +63,7 @@ def version_problem(dist: str, version: str, pins: Optional[Mapping[str, str]]) 
     """Why this version of dist does not fit the stack, or None when it does."""
     base = version.split("+", 1)[0]  # torch 2.13.0+cpu and 2.13.0+cu121 are both 2.13.0
     prefix, why = EXPECTED[dist]
-    if base.split(".")[:prefix.count(".") + 1] != prefix.split("."):
+    if base.split(".")[: prefix.count(".") + 1] != prefix.split("."):
         return f"{dist} {prefix}.x is required: {why}"
     if pins and dist in pins and base != pins[dist]:
         return f"constraints.txt pins {dist}=={pins[dist]}"
@@ -74,9 +79,12 @@ def _pip_fix(dist: str, pins: Optional[Mapping[str, str]]) -> str:
 def check_python(version_info: tuple[int, ...] = tuple(sys.version_info[:3])) -> CheckResult:
     version = ".".join(map(str, version_info[:3]))
     if tuple(version_info[:2]) != (3, 11):
-        return CheckResult("Python", False, f"{version}; Python 3.11 is required (torch, pyarrow 14 and the "
-                                            f"Horovod build are pinned for it)",
-                           "create the environment with Python 3.11: `make clean setup PYTHON=python3.11`")
+        return CheckResult(
+            "Python",
+            False,
+            f"{version}; Python 3.11 is required (torch, pyarrow 14 and the Horovod build are pinned for it)",
+            "create the environment with Python 3.11: `make clean setup PYTHON=python3.11`",
+        )
     return CheckResult("Python", True, f"{version} ({sys.executable})")
 
 
@@ -95,13 +103,21 @@ def check_java(environ: Mapping[str, str] = os.environ) -> CheckResult:
     if java_home:
         java = os.path.join(java_home, "bin", "java")
         if not os.access(java, os.X_OK):
-            return CheckResult("Java", False, f"JAVA_HOME={java_home} has no bin/java",
-                               "point JAVA_HOME at a Java 17 installation, or unset it to use java from PATH")
+            return CheckResult(
+                "Java",
+                False,
+                f"JAVA_HOME={java_home} has no bin/java",
+                "point JAVA_HOME at a Java 17 installation, or unset it to use java from PATH",
+            )
     else:
         java = shutil.which("java", path=environ.get("PATH"))
         if java is None:
-            return CheckResult("Java", False, "java not found on PATH",
-                               "install Java 17 (e.g. `apt-get install openjdk-17-jre-headless`) or set JAVA_HOME")
+            return CheckResult(
+                "Java",
+                False,
+                "java not found on PATH",
+                "install Java 17 (e.g. `apt-get install openjdk-17-jre-headless`) or set JAVA_HOME",
+            )
     try:
         proc = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -110,12 +126,17 @@ def check_java(environ: Mapping[str, str] = os.environ) -> CheckResult:
     major = parse_java_major(output)
     if proc.returncode != 0 or major is None:
         last = output.strip().splitlines()[-1] if output.strip() else "no output"
-        return CheckResult("Java", False, f"`{java} -version` exited {proc.returncode}: {last}",
-                           "reinstall Java 17 or fix JAVA_HOME")
+        return CheckResult(
+            "Java", False, f"`{java} -version` exited {proc.returncode}: {last}", "reinstall Java 17 or fix JAVA_HOME"
+        )
     version = re.search(r'version "([^"]+)"', output).group(1)
     if major < 17:
-        return CheckResult("Java", False, f"{version} ({java}); Spark 4 needs Java 17 or newer",
-                           "install Java 17 and set JAVA_HOME to it")
+        return CheckResult(
+            "Java",
+            False,
+            f"{version} ({java}); Spark 4 needs Java 17 or newer",
+            "install Java 17 and set JAVA_HOME to it",
+        )
     return CheckResult("Java", True, f"{version} ({java})")
 
 
@@ -168,16 +189,22 @@ def check_horovod(pins: Optional[Mapping[str, str]]) -> CheckResult:
     if error:
         return CheckResult("Horovod", False, f"{version} without PyTorch support: {error}", HOROVOD_FIX)
     gloo, nccl, mpi = bool(hvd.gloo_built()), bool(hvd.nccl_built()), bool(hvd.mpi_built())
-    detail = (f"{version}, PyTorch yes, Gloo {'yes' if gloo else 'no'}, NCCL {'yes' if nccl else 'no'}, "
-              f"MPI {'yes' if mpi else 'no'}")
+    detail = (
+        f"{version}, PyTorch yes, Gloo {'yes' if gloo else 'no'}, NCCL {'yes' if nccl else 'no'}, "
+        f"MPI {'yes' if mpi else 'no'}"
+    )
     if not gloo:
         return CheckResult("Horovod", False, f"{detail}; the Spark launcher needs Gloo", HOROVOD_FIX)
     import torch
 
     if torch.cuda.is_available() and not nccl:
-        return CheckResult("Horovod", False, f"{detail}; GPUs are visible but Horovod has no NCCL",
-                           "`pip uninstall horovod`, delete its wheel under ~/.cache/sparkml_par/wheels and run "
-                           "scripts/build_horovod.sh on this machine: it builds with NCCL when torch sees a GPU")
+        return CheckResult(
+            "Horovod",
+            False,
+            f"{detail}; GPUs are visible but Horovod has no NCCL",
+            "`pip uninstall horovod`, delete its wheel under ~/.cache/sparkml_par/wheels and run "
+            "scripts/build_horovod.sh on this machine: it builds with NCCL when torch sees a GPU",
+        )
     return CheckResult("Horovod", True, detail)
 
 

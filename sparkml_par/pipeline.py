@@ -36,6 +36,7 @@ from sparkml_par.storage import check_writable_directory, check_writable_url, qu
 
 log = logging.getLogger("sparkml_par.pipeline")
 
+
 @dataclasses.dataclass
 class StageRecord:
     fingerprint: str
@@ -80,6 +81,7 @@ def fingerprint(*parts: Any) -> str:
 @dataclasses.dataclass
 class Run:
     """What the stages of one run share: the session, the config, the run directory and the records so far."""
+
     spark: Any
     cfg: Config
     run_dir: Path
@@ -101,6 +103,7 @@ class Stage:
     fingerprints of its inputs); a stage whose fingerprint matches the last run's and whose output is
     complete is skipped. `work(run, resume)` returns (output, summary); resume is true when the stage
     may continue from its own partial output (nothing changed, nothing forced)."""
+
     name: str
     fingerprint: Callable[[Run], str]
     complete: Callable[[Run], bool]
@@ -114,13 +117,14 @@ def run_pipeline(spark, cfg: Config) -> dict[str, StageRecord]:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / CONFIG_COPY).write_text(cfg.to_yaml())
     state = RunState(run_dir)
-    forced = set(STAGES[STAGES.index(cfg.output.from_stage):]) if cfg.output.from_stage else set()
+    forced = set(STAGES[STAGES.index(cfg.output.from_stage) :]) if cfg.output.from_stage else set()
     stages = [stage for stage in PIPELINE if stage.name != "tune" or cfg.tune.space]
     run = Run(spark, cfg, run_dir)
     started = time.monotonic()
     for index, stage in enumerate(stages, 1):
-        run.records[stage.name] = _run_stage(stage, run, state, stage.name in forced,
-                                             f"[{index}/{len(stages)}] {stage.name}")
+        run.records[stage.name] = _run_stage(
+            stage, run, state, stage.name in forced, f"[{index}/{len(stages)}] {stage.name}"
+        )
     log.info("pipeline finished in %.1f s", time.monotonic() - started)
     return run.records
 
@@ -168,8 +172,12 @@ def _prepare(run: Run, _resume: bool):
 
     result = prepare(run.spark, run.cfg.data, owner=str(run.run_dir))
     m = result.manifest
-    return result.output, {"fingerprint": m[MANIFEST_FINGERPRINT], "rows_clean": m[MANIFEST_ROWS_CLEAN],
-                           "quarantined": m[MANIFEST_QUARANTINE]["rows"], "skipped": result.skipped}
+    return result.output, {
+        "fingerprint": m[MANIFEST_FINGERPRINT],
+        "rows_clean": m[MANIFEST_ROWS_CLEAN],
+        "quarantined": m[MANIFEST_QUARANTINE]["rows"],
+        "skipped": result.skipped,
+    }
 
 
 def _tune(run: Run, _resume: bool):
@@ -209,16 +217,28 @@ def _never(_run: Run) -> bool:
 PIPELINE = (
     # data_prep skips an unchanged dataset itself (it compares the input's fingerprint), so prepare always runs.
     Stage("prepare", lambda run: fingerprint(dataclasses.asdict(run.cfg.data)), _never, _prepare),
-    Stage("tune", lambda run: fingerprint(dataclasses.asdict(run.cfg.tune), dataclasses.asdict(run.cfg.train),
-                                          run.dataset_fingerprint()),
-          lambda run: Path(run.cfg.tune.output, "best.yaml").exists(), _tune),
-    Stage("train", lambda run: fingerprint(dataclasses.asdict(run.train_cfg.train), run.dataset_fingerprint()),
-          lambda run: Path(run.train_cfg.train.output, MODEL_DIR, WEIGHTS).exists(), _train),
-    Stage("score", lambda run: fingerprint(dataclasses.asdict(run.cfg.score), run.records["train"].fingerprint),
-          lambda run: Path(run.cfg.score.output.removeprefix("file://"), SCORE_METRICS).exists(), _score),
+    Stage(
+        "tune",
+        lambda run: fingerprint(
+            dataclasses.asdict(run.cfg.tune), dataclasses.asdict(run.cfg.train), run.dataset_fingerprint()
+        ),
+        lambda run: Path(run.cfg.tune.output, "best.yaml").exists(),
+        _tune,
+    ),
+    Stage(
+        "train",
+        lambda run: fingerprint(dataclasses.asdict(run.train_cfg.train), run.dataset_fingerprint()),
+        lambda run: Path(run.train_cfg.train.output, MODEL_DIR, WEIGHTS).exists(),
+        _train,
+    ),
+    Stage(
+        "score",
+        lambda run: fingerprint(dataclasses.asdict(run.cfg.score), run.records["train"].fingerprint),
+        lambda run: Path(run.cfg.score.output.removeprefix("file://"), SCORE_METRICS).exists(),
+        _score,
+    ),
     # The report reads every stage's output as it is now: always written again.
-    Stage("report", lambda run: fingerprint([record.fingerprint for record in run.records.values()]), _never,
-          _report),
+    Stage("report", lambda run: fingerprint([record.fingerprint for record in run.records.values()]), _never, _report),
 )
 STAGES = tuple(stage.name for stage in PIPELINE)
 

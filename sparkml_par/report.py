@@ -125,6 +125,7 @@ def run(cfg: Config) -> int:
 
 # ---------------------------------------------------------------------------------------------- inputs
 
+
 def local_path(url: str) -> Optional[Path]:
     """The local (or mounted) path of a stage output URL; None for a remote filesystem the report cannot read."""
     if url.startswith("file://"):
@@ -162,13 +163,20 @@ def _absent(url: str, what: str) -> str:
 
 # -------------------------------------------------------------------------------------------- sections
 
+
 def _stages_section(run_dir: Path) -> Section:
     stages = _read_json(run_dir / "stages.json")
     if not stages:
-        return Section("stages", "Stages", _p(f"{NOT_RUN}: no stages.json in {run_dir} (stages were run one by one, "
-                                               f"not by `sparkml-par run`)."), ran=False)
-    rows = [(name, _fmt(r.get("seconds")), "yes" if (r.get("summary") or {}).get("skipped") else "no", r.get("output"))
-            for name, r in stages.items()]
+        return Section(
+            "stages",
+            "Stages",
+            _p(f"{NOT_RUN}: no stages.json in {run_dir} (stages were run one by one, not by `sparkml-par run`)."),
+            ran=False,
+        )
+    rows = [
+        (name, _fmt(r.get("seconds")), "yes" if (r.get("summary") or {}).get("skipped") else "no", r.get("output"))
+        for name, r in stages.items()
+    ]
     return Section("stages", "Stages", _table(["stage", "seconds", "skipped", "output"], rows))
 
 
@@ -177,25 +185,44 @@ def _data_section(cfg: Config) -> Section:
     if manifest is None:
         return Section("data", "Data", _p(_absent(cfg.data.output, "dataset (_manifest.json)")), ran=False)
     quarantine = manifest.get(MANIFEST_QUARANTINE, {})
-    facts = [("dataset", cfg.data.output), ("source", manifest.get(MANIFEST_SOURCE)), ("task", manifest.get(MANIFEST_TASK)),
-             ("classes", manifest.get(MANIFEST_NUM_CLASSES)), ("feature shape", manifest.get(MANIFEST_FEATURE_SHAPE)),
-             ("rows in", manifest.get(MANIFEST_ROWS_IN)), ("rows clean", manifest.get(MANIFEST_ROWS_CLEAN)),
-             ("rows quarantined", quarantine.get("rows")), ("duplicates", manifest.get(MANIFEST_DUPLICATES)),
-             ("created", manifest.get(MANIFEST_CREATED))]
+    facts = [
+        ("dataset", cfg.data.output),
+        ("source", manifest.get(MANIFEST_SOURCE)),
+        ("task", manifest.get(MANIFEST_TASK)),
+        ("classes", manifest.get(MANIFEST_NUM_CLASSES)),
+        ("feature shape", manifest.get(MANIFEST_FEATURE_SHAPE)),
+        ("rows in", manifest.get(MANIFEST_ROWS_IN)),
+        ("rows clean", manifest.get(MANIFEST_ROWS_CLEAN)),
+        ("rows quarantined", quarantine.get("rows")),
+        ("duplicates", manifest.get(MANIFEST_DUPLICATES)),
+        ("created", manifest.get(MANIFEST_CREATED)),
+    ]
     parts = [_table(["", "value"], facts)]
     names = manifest.get(MANIFEST_CLASSES)
     counts = manifest.get(MANIFEST_CLASS_COUNTS) or {}
     if counts:
-        parts.append("<h3>Classes</h3>" + _table(["class id", "label", "rows"], [
-            (k, names[int(k)] if names and int(k) < len(names) else k, n) for k, n in counts.items()]))
+        parts.append(
+            "<h3>Classes</h3>"
+            + _table(
+                ["class id", "label", "rows"],
+                [(k, names[int(k)] if names and int(k) < len(names) else k, n) for k, n in counts.items()],
+            )
+        )
     parts += [_p(f"warning: {w}") for w in manifest.get(MANIFEST_CLASS_WARNINGS) or []]
     splits = manifest.get(MANIFEST_SPLITS, {})
-    parts.append("<h3>Splits</h3>" + _table(["split", "rows", "row groups"],
-                                            [(n, s.get("rows"), s.get("row_groups")) for n, s in splits.items()]))
+    parts.append(
+        "<h3>Splits</h3>"
+        + _table(["split", "rows", "row groups"], [(n, s.get("rows"), s.get("row_groups")) for n, s in splits.items()])
+    )
     reasons = quarantine.get("reasons") or {}
-    parts.append("<h3>Quarantine</h3>" + (
-        _table(["reason", "rows"], sorted(reasons.items(), key=lambda kv: -kv[1])) if reasons
-        else _p(f"no rows quarantined ({quarantine.get('rows', 0)} rows)")))
+    parts.append(
+        "<h3>Quarantine</h3>"
+        + (
+            _table(["reason", "rows"], sorted(reasons.items(), key=lambda kv: -kv[1]))
+            if reasons
+            else _p(f"no rows quarantined ({quarantine.get('rows', 0)} rows)")
+        )
+    )
     profile = _read_json(_under(cfg.data.output, manifest.get(MANIFEST_PROFILE) or PROFILE))
     parts.append("<h3>Profile</h3>" + (_profile_html(profile) if profile else _p(f"{NOT_RUN}: no {PROFILE}")))
     return Section("data", "Data", "\n".join(parts))
@@ -217,23 +244,43 @@ def _training_section(cfg: Config, plots: _Plots) -> Section:
     model_metrics = _read_json(_under(cfg.train.output, MODEL_DIR, MODEL_METRICS)) or {}
     history = history or model_metrics.get("history", [])
     if not history:
-        return Section("training", "Training", _p(_absent(cfg.train.output, f"training metrics ({TRAIN_METRICS})")),
-                       ran=False)
-    parts = [_p(f"epochs run: {len(history)}, in {cfg.train.output}"
-                + (" (stopped early)" if model_metrics.get("stopped_early") else ""))]
+        return Section(
+            "training", "Training", _p(_absent(cfg.train.output, f"training metrics ({TRAIN_METRICS})")), ran=False
+        )
+    parts = [
+        _p(
+            f"epochs run: {len(history)}, in {cfg.train.output}"
+            + (" (stopped early)" if model_metrics.get("stopped_early") else "")
+        )
+    ]
     parts.append(_img(_plot_curves(history, plots), "loss and metric per epoch, train and validation"))
     if any("samples_per_sec" in r for r in history):
-        parts.append(_img(_plot_series(history, "samples_per_sec", "samples/s", "Training throughput per epoch",
-                                       "throughput.png", plots), "training samples per second per epoch"))
+        parts.append(
+            _img(
+                _plot_series(
+                    history, "samples_per_sec", "samples/s", "Training throughput per epoch", "throughput.png", plots
+                ),
+                "training samples per second per epoch",
+            )
+        )
     if any("lr" in r for r in history):
-        parts.append(_img(_plot_series(history, "lr", "learning rate", "Learning-rate schedule",
-                                       "learning_rate.png", plots), "learning rate per epoch"))
+        parts.append(
+            _img(
+                _plot_series(history, "lr", "learning rate", "Learning-rate schedule", "learning_rate.png", plots),
+                "learning rate per epoch",
+            )
+        )
     keys = list(dict.fromkeys(k for r in history for k in r))
     parts.append("<h3>Per epoch</h3>" + _table(keys, [[_fmt(r.get(k)) for k in keys] for r in history]))
     test = model_metrics.get("test") or {}
-    parts.append("<h3>Test split (at the end of training)</h3>" + (
-        _table(["metric", "value"], [(k, _fmt(v)) for k, v in test.items()]) if test
-        else _p(f"{NOT_RUN}: no test metrics in {cfg.train.output}/{MODEL_DIR}/{MODEL_METRICS}")))
+    parts.append(
+        "<h3>Test split (at the end of training)</h3>"
+        + (
+            _table(["metric", "value"], [(k, _fmt(v)) for k, v in test.items()])
+            if test
+            else _p(f"{NOT_RUN}: no test metrics in {cfg.train.output}/{MODEL_DIR}/{MODEL_METRICS}")
+        )
+    )
     return Section("training", "Training", "\n".join(parts))
 
 
@@ -297,8 +344,16 @@ def _tuning_section(cfg: Config, plots: _Plots) -> Section:
             params = ", ".join(f"{k}={v}" for k, v in best["params"].items())
             parts.append(_p(f"best: trial {best['number']}, {cfg.tune.metric}={_fmt(best['score'])} ({params})"))
         keys = list(dict.fromkeys(k for t in trials for k in t.get("params", {})))
-        rows = [(t["number"], t["status"], _fmt(t.get("score")), *(_fmt(t["params"].get(k)) for k in keys),
-                 _fmt(t.get("duration_s"))) for t in trials]
+        rows = [
+            (
+                t["number"],
+                t["status"],
+                _fmt(t.get("score")),
+                *(_fmt(t["params"].get(k)) for k in keys),
+                _fmt(t.get("duration_s")),
+            )
+            for t in trials
+        ]
         parts.append(_table(["trial", "status", "score", *keys, "seconds"], rows))
     return Section("tuning", "Tuning", "\n".join(parts))
 
@@ -315,8 +370,13 @@ def _scoring_section(cfg: Config, plots: _Plots) -> Section:
     scored = _read_json(_under(cfg.score.output, SCORE_METRICS))
     if scored is None:
         return Section("scoring", "Scoring", _p(_absent(cfg.score.output, f"predictions ({SCORE_METRICS})")), ran=False)
-    facts = [("predictions", cfg.score.output), ("model", scored.get("model")), ("input", scored.get("input")),
-             ("rows", scored.get("rows")), ("seconds", _fmt(scored.get("seconds")))]
+    facts = [
+        ("predictions", cfg.score.output),
+        ("model", scored.get("model")),
+        ("input", scored.get("input")),
+        ("rows", scored.get("rows")),
+        ("seconds", _fmt(scored.get("seconds"))),
+    ]
     parts = [_table(["", "value"], facts)]
     metrics = scored.get("metrics")
     if not metrics:
@@ -325,8 +385,16 @@ def _scoring_section(cfg: Config, plots: _Plots) -> Section:
     if "confusion_matrix" in metrics:
         parts.append(_classification_html(metrics, plots))
     else:
-        parts.append(_table(["metric", "value"], [("mse", _fmt(metrics.get("mse"))), ("mae", _fmt(metrics.get("mae"))),
-                                                  ("rows evaluated", metrics.get("rows_evaluated"))]))
+        parts.append(
+            _table(
+                ["metric", "value"],
+                [
+                    ("mse", _fmt(metrics.get("mse"))),
+                    ("mae", _fmt(metrics.get("mae"))),
+                    ("rows evaluated", metrics.get("rows_evaluated")),
+                ],
+            )
+        )
         label = _label_column(cfg, scored)
         sample = _prediction_sample(local_path(cfg.score.output), label)
         if sample is not None:
@@ -339,16 +407,27 @@ def _scoring_section(cfg: Config, plots: _Plots) -> Section:
 
 def _classification_html(metrics: dict[str, Any], plots: _Plots) -> str:
     matrix = metrics["confusion_matrix"]
-    parts = [_table(["metric", "value"], [("accuracy", _fmt(metrics.get("accuracy"))),
-                                          ("rows evaluated", metrics.get("rows_evaluated")),
-                                          ("rows unlabelled", metrics.get("rows_unlabelled")),
-                                          ("labels that are no class", metrics.get("labels_invalid"))])]
-    rows = [(k, _fmt(p), _fmt(r), sum(matrix[k]) if k < len(matrix) else "")
-            for k, (p, r) in enumerate(zip(metrics.get("precision", []), metrics.get("recall", [])))]
+    parts = [
+        _table(
+            ["metric", "value"],
+            [
+                ("accuracy", _fmt(metrics.get("accuracy"))),
+                ("rows evaluated", metrics.get("rows_evaluated")),
+                ("rows unlabelled", metrics.get("rows_unlabelled")),
+                ("labels that are no class", metrics.get("labels_invalid")),
+            ],
+        )
+    ]
+    rows = [
+        (k, _fmt(p), _fmt(r), sum(matrix[k]) if k < len(matrix) else "")
+        for k, (p, r) in enumerate(zip(metrics.get("precision", []), metrics.get("recall", [])))
+    ]
     parts.append("<h3>Per class</h3>" + _table(["class", "precision", "recall", "support"], rows))
     if matrix:
-        parts.append("<h3>Confusion matrix</h3>" + _img(_plot_confusion(matrix, plots),
-                                                        "confusion matrix, rows: label, columns: prediction"))
+        parts.append(
+            "<h3>Confusion matrix</h3>"
+            + _img(_plot_confusion(matrix, plots), "confusion matrix, rows: label, columns: prediction")
+        )
     return "\n".join(parts)
 
 
@@ -363,8 +442,15 @@ def _plot_confusion(matrix: list[list[int]], plots: _Plots) -> str:
     if n <= 20:  # numbers in the cells while they still fit
         for i, row in enumerate(matrix):
             for j, value in enumerate(row):
-                axes.text(j, i, str(value), ha="center", va="center",
-                          color="white" if top and value > top / 2 else "black", fontsize=8)
+                axes.text(
+                    j,
+                    i,
+                    str(value),
+                    ha="center",
+                    va="center",
+                    color="white" if top and value > top / 2 else "black",
+                    fontsize=8,
+                )
     axes.set_xticks(range(n))
     axes.set_yticks(range(n))
     axes.set_xlabel("prediction")
@@ -446,19 +532,21 @@ nav a { margin-right: 1em; }
 
 def _page(run_dir: Path, sections: list[Section]) -> str:
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    nav = " ".join(f'<a href="#{s.anchor}">{html.escape(s.title)}{"" if s.ran else " (not run)"}</a>'
-                   for s in sections)
+    nav = " ".join(f'<a href="#{s.anchor}">{html.escape(s.title)}{"" if s.ran else " (not run)"}</a>' for s in sections)
     body = "\n".join(_section_html(s) for s in sections)
-    return (f"<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-            f"<title>sparkml_par run {html.escape(run_dir.name)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
-            f"<h1>sparkml_par run report</h1>\n{_p(f'run directory {run_dir}, report written {created}')}\n"
-            f"<nav>{nav}</nav>\n{body}\n</body>\n</html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f"<title>sparkml_par run {html.escape(run_dir.name)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
+        f"<h1>sparkml_par run report</h1>\n{_p(f'run directory {run_dir}, report written {created}')}\n"
+        f"<nav>{nav}</nav>\n{body}\n</body>\n</html>\n"
+    )
 
 
 def _section_html(section: Section) -> str:
     css_class = "" if section.ran else ' class="not-run"'
-    return (f'<section id="{section.anchor}"{css_class}>\n<h2>{html.escape(section.title)}</h2>\n'
-            f"{section.body}\n</section>")
+    return (
+        f'<section id="{section.anchor}"{css_class}>\n<h2>{html.escape(section.title)}</h2>\n{section.body}\n</section>'
+    )
 
 
 def _table(header: Iterable[Any], rows: Iterable[Iterable[Any]]) -> str:
@@ -498,4 +586,3 @@ def _remove_stale_plots(directory: Path, written: list[str]) -> None:
     for path in directory.glob("*.png"):
         if path.name not in written:
             path.unlink()
-

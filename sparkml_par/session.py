@@ -33,15 +33,17 @@ def session_settings(cfg: SparkConfig) -> dict[str, str]:
     # The project logs stage, epoch and throughput itself; Spark's bar would break those lines on any master.
     settings = {"spark.app.name": cfg.app_name, "spark.master": cfg.master, "spark.ui.showConsoleProgress": "false"}
     if is_local_master(cfg.master):
-        settings.update({
-            "spark.driver.host": LOOPBACK,
-            "spark.driver.bindAddress": LOOPBACK,
-            "spark.ui.enabled": "false",
-            "spark.sql.shuffle.partitions": "8",
-            # Executors of the embedded default run the driver's interpreter (the project's venv).
-            "spark.pyspark.python": sys.executable,
-            "spark.pyspark.driver.python": sys.executable,
-        })
+        settings.update(
+            {
+                "spark.driver.host": LOOPBACK,
+                "spark.driver.bindAddress": LOOPBACK,
+                "spark.ui.enabled": "false",
+                "spark.sql.shuffle.partitions": "8",
+                # Executors of the embedded default run the driver's interpreter (the project's venv).
+                "spark.pyspark.python": sys.executable,
+                "spark.pyspark.driver.python": sys.executable,
+            }
+        )
     if cfg.use_gpu:
         settings.update(_gpu_settings(cfg))
     settings.update(cfg.conf)

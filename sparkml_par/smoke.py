@@ -23,13 +23,16 @@ def allreduce_rank_ids() -> list[float]:
 def run(cfg: Config) -> int:
     with spark_session(cfg.spark) as spark:
         started = time.monotonic()
-        launcher = launch.Launcher(num_proc=cfg.train.num_proc, mode=cfg.train.launcher, use_gpu=cfg.spark.use_gpu,
-                                   spark=spark)
+        launcher = launch.Launcher(
+            num_proc=cfg.train.num_proc, mode=cfg.train.launcher, use_gpu=cfg.spark.use_gpu, spark=spark
+        )
         results = launcher.run(allreduce_rank_ids)
         size = len(results)
         expected = size * (size + 1) / 2
-        print(f"all-reduced sum over {size} Horovod ranks: {results[0]} (expected {expected:g} each), "
-              f"{time.monotonic() - started:.1f} s")
+        print(
+            f"all-reduced sum over {size} Horovod ranks: {results[0]} (expected {expected:g} each), "
+            f"{time.monotonic() - started:.1f} s"
+        )
         if any(values != [expected] * 4 for values in results):
             log.error("ranks disagree: %s", results)
             return 1

@@ -116,11 +116,16 @@ def create_staging(spark, output_url: str, setting: str) -> str:
         fs.delete(f"{url}/_writable_check")
     except Exception as exc:  # py4j wraps the JVM's IOException, which names the cause
         java = getattr(exc, "java_exception", None)
-        cause = (java.toString() if java is not None else str(exc).strip().splitlines()[0] if str(exc).strip()
-                 else type(exc).__name__)
+        cause = (
+            java.toString()
+            if java is not None
+            else str(exc).strip().splitlines()[0]
+            if str(exc).strip()
+            else type(exc).__name__
+        )
         raise SparkmlParError(
-            f"cannot write to {setting} {output_url!r} (tried to create {url!r}): {cause}; "
-            f"choose a writable {setting}") from None
+            f"cannot write to {setting} {output_url!r} (tried to create {url!r}): {cause}; choose a writable {setting}"
+        ) from None
     return url
 
 
@@ -133,8 +138,10 @@ def check_writable_url(spark, output_url: str, setting: str) -> None:
 def local_directory(url: str, setting: str, why: str) -> Path:
     """The absolute path of an output the project writes with plain file I/O (file:// or a path)."""
     if "://" in url and not url.startswith("file://"):
-        raise SparkmlParError(f"{setting} {url!r} must be a local or mounted directory (file:// or a path, e.g. "
-                              f"/dbfs/... on Databricks): {why}")
+        raise SparkmlParError(
+            f"{setting} {url!r} must be a local or mounted directory (file:// or a path, e.g. "
+            f"/dbfs/... on Databricks): {why}"
+        )
     return Path(url.removeprefix("file://")).absolute()
 
 
@@ -153,10 +160,15 @@ def check_writable_directory(directory: Path, setting: str) -> None:
         probe.unlink()
     except OSError as exc:
         inside = f" (in {existing})" if existing != directory else ""
-        reason = (f"{existing} is a file, not a directory" if isinstance(exc, NotADirectoryError)
-                  else exc.strerror or str(exc))
-        raise SparkmlParError(f"cannot write to {setting} {str(directory)!r}{inside}: {reason}; "
-                              f"set {setting} to a place you can create files in") from None
+        reason = (
+            f"{existing} is a file, not a directory"
+            if isinstance(exc, NotADirectoryError)
+            else exc.strerror or str(exc)
+        )
+        raise SparkmlParError(
+            f"cannot write to {setting} {str(directory)!r}{inside}: {reason}; "
+            f"set {setting} to a place you can create files in"
+        ) from None
 
 
 def replace_directory(spark, staging: str, url: str, what: str) -> None:
@@ -166,10 +178,10 @@ def replace_directory(spark, staging: str, url: str, what: str) -> None:
     if fs.exists(url):
         retired = f"{url}.old-{uuid.uuid4().hex[:12]}"
         if not fs.rename(url, retired):
-            raise SparkmlParError(f"could not move the old {what} {url!r} aside to {retired!r}; "
-                                  f"check permissions on its parent directory")
+            raise SparkmlParError(
+                f"could not move the old {what} {url!r} aside to {retired!r}; check permissions on its parent directory"
+            )
     if not fs.rename(staging, url):
-        raise SparkmlParError(f"could not rename {staging!r} to {url!r}; the finished {what} is "
-                              f"left at {staging!r}")
+        raise SparkmlParError(f"could not rename {staging!r} to {url!r}; the finished {what} is left at {staging!r}")
     if retired is not None:
         fs.delete(retired)

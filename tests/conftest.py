@@ -18,8 +18,11 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).pare
 @pytest.fixture(scope="session")
 def spark_config() -> SparkConfig:
     # Two shuffle partitions: test data is tiny, and the project default of 8 only adds tasks.
-    return SparkConfig(master="local[2]", app_name="sparkml_par-tests",
-                       conf={"spark.sql.shuffle.partitions": "2", "spark.sql.session.timeZone": "UTC"})
+    return SparkConfig(
+        master="local[2]",
+        app_name="sparkml_par-tests",
+        conf={"spark.sql.shuffle.partitions": "2", "spark.sql.session.timeZone": "UTC"},
+    )
 
 
 @pytest.fixture(scope="session")

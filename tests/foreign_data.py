@@ -77,7 +77,7 @@ def write_digit_images(directory: Path, per_class: int = 40, offset: int = 0) ->
     for digit, name in enumerate(names):
         folder = directory / name
         folder.mkdir(parents=True, exist_ok=True)
-        rows = np.flatnonzero(digits.target == digit)[offset:offset + per_class]
+        rows = np.flatnonzero(digits.target == digit)[offset : offset + per_class]
         for i in rows:
             pixels = (digits.images[i] / 16.0 * 255).astype(np.uint8)
             Image.fromarray(pixels, mode="L").save(folder / f"img{i:04d}.png")

@@ -56,7 +56,7 @@ def _free_port() -> int:
 
 @dataclass
 class Host:
-    name: str          # the namespace
+    name: str  # the namespace
     address: str
     worker: subprocess.Popen | None = None
     log: Path | None = None
@@ -93,8 +93,19 @@ class SimulatedCluster:
             _ip("link", "set", "lo", "up", namespace=host.name)
         port = _free_port()
         self.master_url = f"spark://{BRIDGE_ADDRESS}:{port}"
-        self.master = self._spawn(None, "master", ["org.apache.spark.deploy.master.Master", "--host", BRIDGE_ADDRESS,
-                                                   "--port", str(port), "--webui-port", str(_free_port())])
+        self.master = self._spawn(
+            None,
+            "master",
+            [
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                BRIDGE_ADDRESS,
+                "--port",
+                str(port),
+                "--webui-port",
+                str(_free_port()),
+            ],
+        )
         for host in self.members:
             self.start_worker(host)
         self.wait_for_workers(self.hosts)
@@ -102,9 +113,24 @@ class SimulatedCluster:
 
     def start_worker(self, host: Host) -> None:
         host.log = self.root / f"worker-{host.name}.log"
-        host.worker = self._spawn(host, f"worker-{host.name}", [
-            "org.apache.spark.deploy.worker.Worker", "--host", host.address, "--cores", "1", "--memory", "2g",
-            "--webui-port", "0", "--work-dir", str(self.root / f"work-{host.name}"), self.master_url])
+        host.worker = self._spawn(
+            host,
+            f"worker-{host.name}",
+            [
+                "org.apache.spark.deploy.worker.Worker",
+                "--host",
+                host.address,
+                "--cores",
+                "1",
+                "--memory",
+                "2g",
+                "--webui-port",
+                "0",
+                "--work-dir",
+                str(self.root / f"work-{host.name}"),
+                self.master_url,
+            ],
+        )
 
     def stop_worker(self, host: Host) -> None:
         """Kills the worker and its executors, as when the host is lost."""
@@ -118,8 +144,9 @@ class SimulatedCluster:
             if self._registered_workers() >= count:
                 return
             time.sleep(0.5)
-        raise RuntimeError(f"{count} workers did not register with {self.master_url} within {timeout:g} s; "
-                           f"see {self.root}")
+        raise RuntimeError(
+            f"{count} workers did not register with {self.master_url} within {timeout:g} s; see {self.root}"
+        )
 
     def _registered_workers(self) -> int:
         log = (self.root / "master.log").read_text(errors="replace") if (self.root / "master.log").exists() else ""
@@ -127,20 +154,28 @@ class SimulatedCluster:
 
     def driver_settings(self) -> list[str]:
         """Config overrides that point a pipeline's driver at this cluster."""
-        return [f"spark.master={self.master_url}",
-                f"spark.conf.spark.driver.host={BRIDGE_ADDRESS}",
-                f"spark.conf.spark.driver.bindAddress={BRIDGE_ADDRESS}",
-                "spark.conf.spark.executor.cores=1", "spark.conf.spark.executor.memory=1g",
-                "spark.conf.spark.ui.enabled=false",
-                f"spark.conf.spark.pyspark.python={sys.executable}",
-                f"spark.conf.spark.executorEnv.PYTHONPATH={Path(__file__).parent}"]
+        return [
+            f"spark.master={self.master_url}",
+            f"spark.conf.spark.driver.host={BRIDGE_ADDRESS}",
+            f"spark.conf.spark.driver.bindAddress={BRIDGE_ADDRESS}",
+            "spark.conf.spark.executor.cores=1",
+            "spark.conf.spark.executor.memory=1g",
+            "spark.conf.spark.ui.enabled=false",
+            f"spark.conf.spark.pyspark.python={sys.executable}",
+            f"spark.conf.spark.executorEnv.PYTHONPATH={Path(__file__).parent}",
+        ]
 
     def _spawn(self, host: Host | None, name: str, arguments: list[str]) -> subprocess.Popen:
         import pyspark
 
         spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
-        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": host.address if host else BRIDGE_ADDRESS,
-               "SPARK_WORKER_DIR": str(self.root / f"work-{name}"), "SPARK_LOG_DIR": str(self.root)}
+        env = {
+            **os.environ,
+            "PYSPARK_PYTHON": sys.executable,
+            "SPARK_LOCAL_IP": host.address if host else BRIDGE_ADDRESS,
+            "SPARK_WORKER_DIR": str(self.root / f"work-{name}"),
+            "SPARK_LOG_DIR": str(self.root),
+        }
         command = [str(spark_class), *arguments]
         if host is not None:
             command = ["ip", "netns", "exec", host.name, "env", f"SPARK_LOCAL_IP={host.address}", *command]

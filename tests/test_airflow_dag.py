@@ -23,7 +23,7 @@ RUN_DATE = "2024-06-01"
 
 pytestmark = pytest.mark.slow
 
-PROBE = r'''
+PROBE = r"""
 import json, sys
 from airflow.models import DagBag
 from airflow.utils.context import VariableAccessor
@@ -45,14 +45,15 @@ if dag is not None:
             "downstream": sorted(task.downstream_task_ids), "upstream": sorted(task.upstream_task_ids),
             "command": hook._build_spark_submit_command(task.application)}
 print("PROBE " + json.dumps(result))
-'''
+"""
 
 
 @pytest.fixture(scope="module")
 def airflow_python() -> Path:
     """The Airflow venv's interpreter; created by scripts/airflow_venv.sh (minutes the first time)."""
-    done = subprocess.run(["bash", str(ROOT / "scripts" / "airflow_venv.sh"), str(VENV)], capture_output=True,
-                          text=True, timeout=1200)
+    done = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "airflow_venv.sh"), str(VENV)], capture_output=True, text=True, timeout=1200
+    )
     if done.returncode != 0:
         pytest.fail(f"scripts/airflow_venv.sh exited {done.returncode}:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
     return VENV / "bin" / "python"
@@ -62,16 +63,22 @@ def airflow_python() -> Path:
 def airflow_home(airflow_python, tmp_path_factory) -> Path:
     """A fresh AIRFLOW_HOME with a migrated SQLite metadata database (Variables are looked up there)."""
     home = tmp_path_factory.mktemp("airflow_home")
-    done = subprocess.run([str(airflow_python), "-m", "airflow", "db", "migrate"], env=_airflow_env(home),
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [str(airflow_python), "-m", "airflow", "db", "migrate"],
+        env=_airflow_env(home),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return home
 
 
 def _airflow_env(home: Path, **variables: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "PYTHON", "SPARK_", "PYSPARK"))}
-    env.update(AIRFLOW_HOME=str(home), AIRFLOW__CORE__LOAD_EXAMPLES="False",
-               AIRFLOW__CORE__DAGS_FOLDER=str(DAG_FILE.parent))
+    env.update(
+        AIRFLOW_HOME=str(home), AIRFLOW__CORE__LOAD_EXAMPLES="False", AIRFLOW__CORE__DAGS_FOLDER=str(DAG_FILE.parent)
+    )
     # Airflow reads AIRFLOW_VAR_<NAME> before its database: how a deployment (or this test) sets Variables.
     env.update({f"AIRFLOW_VAR_{name.upper()}": value for name, value in variables.items()})
     return env
@@ -82,11 +89,18 @@ def _probe(airflow_python: Path, home: Path, tmp_path: Path, **variables: str) -
     script.write_text(PROBE)
     env = _airflow_env(home, **variables)
     # The connections the DAG may name, as Airflow reads them from the environment.
-    env["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps({"conn_type": "spark", "host": "yarn",
-                                                    "extra": {"deploy-mode": "client"}})
+    env["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps(
+        {"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "client"}}
+    )
     env["AIRFLOW_CONN_SPARK_TEST"] = json.dumps({"conn_type": "spark", "host": "local[2]"})
-    done = subprocess.run([str(airflow_python), str(script), str(DAG_FILE), RUN_DATE], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [str(airflow_python), str(script), str(DAG_FILE), RUN_DATE],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     lines = [line for line in done.stdout.splitlines() if line.startswith("PROBE ")]
     assert done.returncode == 0 and lines, done.stdout[-3000:] + done.stderr[-3000:]
     return json.loads(lines[-1].removeprefix("PROBE "))
@@ -94,8 +108,14 @@ def _probe(airflow_python: Path, home: Path, tmp_path: Path, **variables: str) -
 
 def _overrides(root: str) -> list[str]:
     run = f"{root}/{RUN_DATE}"
-    return [f"output.run_dir={run}", f"data.output={run}/dataset", f"train.output={run}/model",
-            f"score.output={run}/predictions", f"tune.output={run}/tune", "output.log_format=json"]
+    return [
+        f"output.run_dir={run}",
+        f"data.output={run}/dataset",
+        f"train.output={run}/model",
+        f"score.output={run}/predictions",
+        f"tune.output={run}/tune",
+        "output.log_format=json",
+    ]
 
 
 def test_dag_loads_with_stage_tasks_in_order_and_default_settings(airflow_python, airflow_home, tmp_path):
@@ -115,16 +135,27 @@ def test_dag_loads_with_stage_tasks_in_order_and_default_settings(airflow_python
         assert command[:3] == ["spark-submit", "--master", "yarn"]
         assert command[command.index("--name") + 1] == f"sparkml_par-{stage}-{RUN_DATE}"
         assert "--py-files" not in command  # none configured
-        tail = [str(ROOT / "jobs" / f"{stage}.py"), "--config", str(ROOT / "conf" / "quickstart.yaml"),
-                *_overrides("/tmp/sparkml_par/runs")]
-        assert command[-len(tail):] == tail, command
+        tail = [
+            str(ROOT / "jobs" / f"{stage}.py"),
+            "--config",
+            str(ROOT / "conf" / "quickstart.yaml"),
+            *_overrides("/tmp/sparkml_par/runs"),
+        ]
+        assert command[-len(tail) :] == tail, command
         assert (ROOT / "jobs" / f"{stage}.py").is_file()
 
 
 def test_variables_choose_connection_config_outputs_and_py_files(airflow_python, airflow_home, tmp_path):
-    result = _probe(airflow_python, airflow_home, tmp_path, sparkml_par_spark_conn_id="spark_test",
-                    sparkml_par_home="/opt/sparkml_par", sparkml_par_conf="/etc/sparkml_par/tabular.yaml",
-                    sparkml_par_output_root="/shared/runs", sparkml_par_py_files="/opt/sparkml_par/dist/pkg.zip")
+    result = _probe(
+        airflow_python,
+        airflow_home,
+        tmp_path,
+        sparkml_par_spark_conn_id="spark_test",
+        sparkml_par_home="/opt/sparkml_par",
+        sparkml_par_conf="/etc/sparkml_par/tabular.yaml",
+        sparkml_par_output_root="/shared/runs",
+        sparkml_par_py_files="/opt/sparkml_par/dist/pkg.zip",
+    )
 
     assert result["import_errors"] == {}
     command = result["tasks"]["train"]["command"]
@@ -132,7 +163,7 @@ def test_variables_choose_connection_config_outputs_and_py_files(airflow_python,
     assert command[:3] == ["spark-submit", "--master", "local[2]"]
     assert command[command.index("--py-files") + 1] == "/opt/sparkml_par/dist/pkg.zip"
     tail = ["/opt/sparkml_par/jobs/train.py", "--config", "/etc/sparkml_par/tabular.yaml", *_overrides("/shared/runs")]
-    assert command[-len(tail):] == tail, command
+    assert command[-len(tail) :] == tail, command
 
 
 def test_the_dag_module_imports_nothing_airflow_lacks():

@@ -42,8 +42,13 @@ def test_training_state_round_trip(tmp_path):
     optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
     model(torch.randn(5, 4)).sum().backward()
     optimizer.step()
-    state = {"fingerprint": FINGERPRINT, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-             "rng": capture_rng_state(), "metrics": {"val_loss": 0.5, "history": [1.0, 0.5]}}
+    state = {
+        "fingerprint": FINGERPRINT,
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "rng": capture_rng_state(),
+        "metrics": {"val_loss": 0.5, "history": [1.0, 0.5]},
+    }
     path = write_checkpoint_atomically(tmp_path, 3, state, keep=2)
     assert path == tmp_path / "checkpoint-00003.pt"
     loaded = load_latest_checkpoint(tmp_path, FINGERPRINT)
@@ -90,7 +95,8 @@ def test_crashed_writes_are_ignored(tmp_path, caplog):
     assert len(caplog.records) == 1
     assert caplog.records[0].getMessage() == (
         f"skipping checkpoint {tmp_path / 'checkpoint-00004.pt'}: it cannot be read (RuntimeError: "
-        f"PytorchStreamReader failed reading zip archive: failed finding central directory)")
+        f"PytorchStreamReader failed reading zip archive: failed finding central directory)"
+    )
     # The next write cleans up the temporary file.
     write_checkpoint_atomically(tmp_path, 3, _state(3), keep=3)
     assert ".checkpoint-00003.abcd.tmp" not in _names(tmp_path)
@@ -122,18 +128,21 @@ def test_corrupted_files_are_skipped_with_a_warning_each(tmp_path, caplog):
     assert loaded["epoch"] == 1
     messages = [record.getMessage() for record in caplog.records]
     assert len(messages) == 3
-    assert messages[0] == (f"skipping checkpoint {tmp_path / 'checkpoint-00004.pt'}: it cannot be read (weights_only "
-                           f"load refused it: Unsupported global: GLOBAL numpy.core.multiarray._reconstruct was not "
-                           f"an allowed global by default)")
+    assert messages[0] == (
+        f"skipping checkpoint {tmp_path / 'checkpoint-00004.pt'}: it cannot be read (weights_only "
+        f"load refused it: Unsupported global: GLOBAL numpy.core.multiarray._reconstruct was not "
+        f"an allowed global by default)"
+    )
     assert messages[1] == f"skipping checkpoint {tmp_path / 'checkpoint-00003.pt'}: it holds no checkpoint fingerprint"
-    assert messages[2] == (f"skipping checkpoint {tmp_path / 'checkpoint-00002.pt'}: it cannot be read (weights_only "
-                           f"load refused it: Unsupported operand 0)")
+    assert messages[2] == (
+        f"skipping checkpoint {tmp_path / 'checkpoint-00002.pt'}: it cannot be read (weights_only "
+        f"load refused it: Unsupported operand 0)"
+    )
 
 
 def test_checkpoint_of_another_model_is_refused(tmp_path):
     write_checkpoint_atomically(tmp_path, 1, _state(1), keep=1)
-    other = checkpoint_fingerprint(model_spec("mlp", {"hidden": [16]}, (4,), 3), TrainConfig(optimizer="sgd"),
-                                   "data-1")
+    other = checkpoint_fingerprint(model_spec("mlp", {"hidden": [16]}, (4,), 3), TrainConfig(optimizer="sgd"), "data-1")
     with pytest.raises(SparkmlParError) as err:
         load_latest_checkpoint(tmp_path, other)
     message = str(err.value)
@@ -141,9 +150,10 @@ def test_checkpoint_of_another_model_is_refused(tmp_path):
     assert old_hash != new_hash
     assert message == (
         f"checkpoint {tmp_path / 'checkpoint-00001.pt'} was written for fingerprint {old_hash} but this run has "
-        f"fingerprint {new_hash} (model.args.hidden: [8] in the checkpoint, [16] now; optimizer: \"adam\" in the "
-        f"checkpoint, \"sgd\" now); use a new train.output directory for a different model or config, or set "
-        f"train.resume=never to start over in this one")
+        f'fingerprint {new_hash} (model.args.hidden: [8] in the checkpoint, [16] now; optimizer: "adam" in the '
+        f'checkpoint, "sgd" now); use a new train.output directory for a different model or config, or set '
+        f"train.resume=never to start over in this one"
+    )
 
 
 def test_fingerprint_ignores_settings_a_resume_may_change():

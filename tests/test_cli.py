@@ -51,8 +51,10 @@ def _restore_root_logger():
 @pytest.fixture
 def stage(monkeypatch):
     """Registers a test function as a command, the one line a real stage adds to COMMANDS."""
+
     def register(name, function):
         monkeypatch.setitem(cli.COMMANDS, name, (f"{__name__}:{function.__name__}", "test stage"))
+
     received.clear()
     return register
 
@@ -83,8 +85,12 @@ def test_config_prints_the_effective_config_with_overrides(capsys):
 
 def test_quiet_and_log_format_flags_set_output_keys(capsys):
     assert cli.main(["config", QUICKSTART, "--quiet", "--log-format", "json"]) == 0
-    assert yaml.safe_load(capsys.readouterr().out)["output"] == {"run_dir": "runs/quickstart", "log_format": "json",
-                                                                 "quiet": True, "from_stage": None}
+    assert yaml.safe_load(capsys.readouterr().out)["output"] == {
+        "run_dir": "runs/quickstart",
+        "log_format": "json",
+        "quiet": True,
+        "from_stage": None,
+    }
 
 
 def test_run_takes_the_stage_to_start_from(capsys):
@@ -103,15 +109,17 @@ def test_config_reference_lists_every_key(capsys):
 def test_config_without_a_file(capsys):
     assert cli.main(["config"]) == 2
     assert capsys.readouterr().err == (
-        "error: config needs CONF, a YAML file such as conf/quickstart.yaml, or --reference\n")
+        "error: config needs CONF, a YAML file such as conf/quickstart.yaml, or --reference\n"
+    )
 
 
 def test_bad_override_exits_2_with_one_error_line(capsys):
     assert cli.main(["config", QUICKSTART, "train.optimizer=adamm"]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err == ("error: train.optimizer: 'adamm' is not allowed (did you mean 'adam'?); "
-                            "choose one of 'sgd', 'adam', 'adamw'\n")
+    assert captured.err == (
+        "error: train.optimizer: 'adamm' is not allowed (did you mean 'adam'?); choose one of 'sgd', 'adam', 'adamw'\n"
+    )
 
 
 def test_stage_gets_the_loaded_config_and_returns_its_code(stage):
@@ -133,8 +141,7 @@ def test_user_error_in_a_stage_is_printed_without_a_traceback(stage, capsys):
     # The message's own lines are kept: a failed rank's error carries its remote traceback.
     stage("probe", fail_with_user_error)
     assert cli.main(["probe", QUICKSTART]) == 2
-    assert capsys.readouterr().err == (
-        "error: num_proc=4 but the cluster has 2 task slots;\nlower train.num_proc\n")
+    assert capsys.readouterr().err == ("error: num_proc=4 but the cluster has 2 task slots;\nlower train.num_proc\n")
 
 
 def test_other_exceptions_propagate(stage):
@@ -146,19 +153,24 @@ def test_other_exceptions_propagate(stage):
 def test_console_entry_point_in_a_fresh_interpreter(tmp_path):
     """Exit code and stderr as a shell sees them, and no heavy import just to read a config."""
     missing = tmp_path / "missing.yaml"
-    proc = subprocess.run([sys.executable, "-m", "sparkml_par.cli", "config", str(missing)],
-                          capture_output=True, text=True, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sparkml_par.cli", "config", str(missing)], capture_output=True, text=True, cwd=REPO
+    )
     assert proc.returncode == 2
-    assert proc.stderr == (f"error: config file {str(missing)!r} does not exist; "
-                           "pass a YAML file such as conf/quickstart.yaml\n")
-    probe = ("import sys; from sparkml_par.cli import main; main(['config', '--reference']); "
-             "print(sorted(m for m in ('torch', 'pyspark', 'horovod', 'sparkml_par.smoke') if m in sys.modules), "
-             "file=sys.stderr)")
+    assert proc.stderr == (
+        f"error: config file {str(missing)!r} does not exist; pass a YAML file such as conf/quickstart.yaml\n"
+    )
+    probe = (
+        "import sys; from sparkml_par.cli import main; main(['config', '--reference']); "
+        "print(sorted(m for m in ('torch', 'pyspark', 'horovod', 'sparkml_par.smoke') if m in sys.modules), "
+        "file=sys.stderr)"
+    )
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0 and proc.stderr == "[]\n"
 
 
 # --- logging -----------------------------------------------------------------------------------
+
 
 def test_text_logging(capsys):
     setup_logging(quiet=False, fmt="text")
@@ -173,7 +185,10 @@ def test_json_logging(capsys):
     logging.getLogger("sparkml_par.test").warning("slow rank %s", "1")
     record = json.loads(capsys.readouterr().err)
     assert {k: record[k] for k in ("level", "logger", "message")} == {
-        "level": "WARNING", "logger": "sparkml_par.test", "message": "slow rank 1"}
+        "level": "WARNING",
+        "logger": "sparkml_par.test",
+        "message": "slow rank 1",
+    }
 
 
 def test_quiet_logging_keeps_warnings_only_and_setup_replaces_itself(capsys):
@@ -186,6 +201,7 @@ def test_quiet_logging_keeps_warnings_only_and_setup_replaces_itself(capsys):
 
 
 # --- doctor --------------------------------------------------------------------------------------
+
 
 def test_doctor_lists_every_component(capsys):
     code = cli.main(["doctor"])
@@ -205,37 +221,59 @@ def test_doctor_reads_the_pins_of_the_checkout():
     assert pins["pyarrow"] == "14.0.2" and pins["horovod"] == "0.28.1" and pins["pyspark"].startswith("4.0.")
 
 
-@pytest.mark.parametrize("dist, version, pins, problem", [
-    ("pyarrow", "14.0.2", {"pyarrow": "14.0.2"}, None),
-    ("pyarrow", "15.0.0", {"pyarrow": "14.0.2"},
-     "pyarrow 14.x is required: petastorm 0.12 imports pyarrow.filesystem and the legacy ParquetDataset, "
-     "gone in pyarrow 15"),
-    ("pyarrow", "14.0.1", {"pyarrow": "14.0.2"}, "constraints.txt pins pyarrow==14.0.2"),
-    ("pyarrow", "14.0.1", None, None),
-    ("numpy", "2.0.1", None, "numpy 1.x is required: pyarrow 14 is built against numpy 1.x"),
-    ("pyspark", "4.1.4", None, "pyspark 4.0.x is required: the pipeline is built and tested on Spark 4.0 "
-                               "(4.1 needs pyarrow 15, which petastorm 0.12 cannot use)"),
-    ("pyspark", "4.00.1", None, "pyspark 4.0.x is required: the pipeline is built and tested on Spark 4.0 "
-                                "(4.1 needs pyarrow 15, which petastorm 0.12 cannot use)"),
-    ("torch", "2.13.0+cu121", {"torch": "2.13.0"}, None),
-])
+@pytest.mark.parametrize(
+    "dist, version, pins, problem",
+    [
+        ("pyarrow", "14.0.2", {"pyarrow": "14.0.2"}, None),
+        (
+            "pyarrow",
+            "15.0.0",
+            {"pyarrow": "14.0.2"},
+            "pyarrow 14.x is required: petastorm 0.12 imports pyarrow.filesystem and the legacy ParquetDataset, "
+            "gone in pyarrow 15",
+        ),
+        ("pyarrow", "14.0.1", {"pyarrow": "14.0.2"}, "constraints.txt pins pyarrow==14.0.2"),
+        ("pyarrow", "14.0.1", None, None),
+        ("numpy", "2.0.1", None, "numpy 1.x is required: pyarrow 14 is built against numpy 1.x"),
+        (
+            "pyspark",
+            "4.1.4",
+            None,
+            "pyspark 4.0.x is required: the pipeline is built and tested on Spark 4.0 "
+            "(4.1 needs pyarrow 15, which petastorm 0.12 cannot use)",
+        ),
+        (
+            "pyspark",
+            "4.00.1",
+            None,
+            "pyspark 4.0.x is required: the pipeline is built and tested on Spark 4.0 "
+            "(4.1 needs pyarrow 15, which petastorm 0.12 cannot use)",
+        ),
+        ("torch", "2.13.0+cu121", {"torch": "2.13.0"}, None),
+    ],
+)
 def test_version_problem(dist, version, pins, problem):
     assert doctor.version_problem(dist, version, pins) == problem
 
 
 def test_python_other_than_3_11():
     result = doctor.check_python((3, 12, 1))
-    assert (result.ok, result.detail) == (False, "3.12.1; Python 3.11 is required (torch, pyarrow 14 and the "
-                                                 "Horovod build are pinned for it)")
+    assert (result.ok, result.detail) == (
+        False,
+        "3.12.1; Python 3.11 is required (torch, pyarrow 14 and the Horovod build are pinned for it)",
+    )
     assert result.fix == "create the environment with Python 3.11: `make clean setup PYTHON=python3.11`"
 
 
-@pytest.mark.parametrize("output, major", [
-    ('openjdk version "17.0.15" 2025-04-15', 17),
-    ('openjdk version "21" 2023-09-19', 21),
-    ('java version "1.8.0_392"', 8),
-    ("no version here", None),
-])
+@pytest.mark.parametrize(
+    "output, major",
+    [
+        ('openjdk version "17.0.15" 2025-04-15', 17),
+        ('openjdk version "21" 2023-09-19', 21),
+        ('java version "1.8.0_392"', 8),
+        ("no version here", None),
+    ],
+)
 def test_parse_java_major(output, major):
     assert doctor.parse_java_major(output) == major
 
@@ -252,8 +290,11 @@ def test_java_home_is_honoured_and_old_java_fails(tmp_path):
     home = _fake_java_home(tmp_path, 'openjdk version "11.0.22" 2024-01-16')
     result = doctor.check_java({**os.environ, "JAVA_HOME": str(home)})
     assert result == doctor.CheckResult(
-        "Java", False, f"11.0.22 ({home}/bin/java); Spark 4 needs Java 17 or newer",
-        "install Java 17 and set JAVA_HOME to it")
+        "Java",
+        False,
+        f"11.0.22 ({home}/bin/java); Spark 4 needs Java 17 or newer",
+        "install Java 17 and set JAVA_HOME to it",
+    )
 
 
 def test_java_home_without_java(tmp_path):
@@ -276,11 +317,14 @@ def test_this_machines_java():
 def test_package_that_does_not_import(monkeypatch):
     monkeypatch.setitem(sys.modules, "petastorm", None)  # how Python marks a module as not importable
     assert doctor.check_package("petastorm", "petastorm", {"petastorm": "0.12.1"}) == doctor.CheckResult(
-        "petastorm", False,
+        "petastorm",
+        False,
         "petastorm does not import: ModuleNotFoundError: import of petastorm halted; None in sys.modules",
-        "install the pinned version: `pip install -c constraints.txt petastorm==0.12.1`")
+        "install the pinned version: `pip install -c constraints.txt petastorm==0.12.1`",
+    )
     assert doctor.check_package("petastorm", "petastorm", None).fix == (
-        "install a matching version: `pip install 'petastorm==0.12.*'`")
+        "install a matching version: `pip install 'petastorm==0.12.*'`"
+    )
 
 
 def test_horovod_without_pytorch_support(monkeypatch):

@@ -45,13 +45,19 @@ class _Diverging(nn.Module):
 
 
 def _outputs(root: Path) -> list[str]:
-    return [f"output.run_dir={root}", f"data.output={root}/dataset", f"train.output={root}/model",
-            f"score.output={root}/predictions", f"tune.output={root}/tune"]
+    return [
+        f"output.run_dir={root}",
+        f"data.output={root}/dataset",
+        f"train.output={root}/model",
+        f"score.output={root}/predictions",
+        f"tune.output={root}/tune",
+    ]
 
 
 def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([str(VENV_BIN / "sparkml-par"), *args], capture_output=True, text=True, timeout=600,
-                          cwd=ROOT, env=env)
+    return subprocess.run(
+        [str(VENV_BIN / "sparkml-par"), *args], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env
+    )
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +75,11 @@ def test_a_normal_run_prints_the_projects_lines_and_no_warning(quickstart_run):
     console = done.stdout + done.stderr
     assert not PYTHON_WARNING.search(console), console
     assert not JAVA_FRAME.search(console), console
-    others = [line for line in done.stderr.splitlines()
-              if line != JVM_BANNER and not re.match(r"\d\d:\d\d:\d\d (INFO|WARNING) (sparkml_par|data_prep)", line)]
+    others = [
+        line
+        for line in done.stderr.splitlines()
+        if line != JVM_BANNER and not re.match(r"\d\d:\d\d:\d\d (INFO|WARNING) (sparkml_par|data_prep)", line)
+    ]
     assert others == []
     assert "test accuracy" in done.stdout and f"run directory {root}" in done.stdout
 
@@ -78,8 +87,14 @@ def test_a_normal_run_prints_the_projects_lines_and_no_warning(quickstart_run):
 @pytest.mark.slow
 def test_a_failing_rank_prints_one_error_block_first(quickstart_run, tmp_path):
     _, quickstart = quickstart_run
-    done = _cli("run", "conf/quickstart.yaml", "train.epochs=1", "train.model=test_console:diverging_model",
-                *_outputs(tmp_path), f"data.output={quickstart}/dataset")
+    done = _cli(
+        "run",
+        "conf/quickstart.yaml",
+        "train.epochs=1",
+        "train.model=test_console:diverging_model",
+        *_outputs(tmp_path),
+        f"data.output={quickstart}/dataset",
+    )
     assert done.returncode == 2, done.stderr[-4000:]
     lines = done.stderr.splitlines()
     first_error = next(i for i, line in enumerate(lines) if line.startswith("error: "))
@@ -114,10 +129,27 @@ def test_the_readme_spark_submit_command_runs_from_a_plain_shell(tmp_path):
     plain = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"), "LANG": "C.UTF-8"}
     root = tmp_path / "run"
     done = subprocess.run(
-        [str(VENV_BIN / "sparkml-par-submit"), "--master", "local[2]", "jobs/pipeline.py",
-         "--config", "conf/quickstart.yaml", "data.source=synthetic", "data.synthetic.rows=300",
-         "data.synthetic.features=8", "data.max_shards=2", "train.model=mlp", "train.epochs=1", *_outputs(root)],
-        capture_output=True, text=True, timeout=600, cwd=ROOT, env=plain)
+        [
+            str(VENV_BIN / "sparkml-par-submit"),
+            "--master",
+            "local[2]",
+            "jobs/pipeline.py",
+            "--config",
+            "conf/quickstart.yaml",
+            "data.source=synthetic",
+            "data.synthetic.rows=300",
+            "data.synthetic.features=8",
+            "data.max_shards=2",
+            "train.model=mlp",
+            "train.epochs=1",
+            *_outputs(root),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        env=plain,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     # The summary on stdout, every log line on stderr: spark-submit's merge of the two is undone.
     assert done.stdout.splitlines()[0] == f"run directory {root}"
@@ -137,7 +169,8 @@ def test_sparks_own_task_failures_still_reach_the_console(tmp_path):
         "    try:\n"
         "        spark.sparkContext.parallelize([1, 0], 1).map(lambda x: 1 / x).collect()\n"
         "    except Exception:\n"
-        "        print('job failed')\n")
+        "        print('job failed')\n"
+    )
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0 and done.stdout == "job failed\n", done.stderr[-4000:]
     lost = [line for line in done.stderr.splitlines() if " WARN TaskSetManager: Lost task 0.0 in stage 0.0" in line]

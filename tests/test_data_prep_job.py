@@ -28,8 +28,11 @@ def test_digits_manifest(digits):
     assert m["format_version"] == 1 and m["task"] == "classification" and m["num_classes"] == 10
     assert m["label_column"] == "label" and m["feature_column"] == "features" and m["feature_shape"] == [1, 8, 8]
     assert m["feature_pipeline"] is None and m["raw_feature_columns"] == ["features"]
-    assert m["rows_in"] == m["rows_clean"] == 1797 and m["quarantine"] == {"path": "quarantine", "rows": 0,
-                                                                          "reasons": {}}
+    assert m["rows_in"] == m["rows_clean"] == 1797 and m["quarantine"] == {
+        "path": "quarantine",
+        "rows": 0,
+        "reasons": {},
+    }
     assert set(m["splits"]) == {"train", "validation", "test"} and m["max_shards"] == 4
     assert sum(s["rows"] for s in m["splits"].values()) == 1797
     assert 0.75 < m["splits"]["train"]["rows"] / 1797 < 0.85
@@ -40,7 +43,7 @@ def test_digits_manifest(digits):
 
 
 def test_digits_files_on_disk(digits):
-    root = Path(digits.output[len("file://"):])
+    root = Path(digits.output[len("file://") :])
     visible = sorted(p.name for p in root.iterdir() if not p.name.startswith("."))  # Hadoop adds .crc files
     assert visible == ["_manifest.json", "profile.json", "quarantine", "test", "train", "validation"]
     assert json.loads((root / "_manifest.json").read_text()) == digits.manifest
@@ -59,8 +62,10 @@ def test_digits_values_and_splits_read_back_through_spark(spark, digits):
     from pyspark.sql import functions as F
     from sklearn.datasets import load_digits
 
-    parts = [spark.read.parquet(f"{digits.output}/{name}").withColumn("split", F.lit(name))
-             for name in ("train", "validation", "test")]
+    parts = [
+        spark.read.parquet(f"{digits.output}/{name}").withColumn("split", F.lit(name))
+        for name in ("train", "validation", "test")
+    ]
     rows = parts[0].unionByName(parts[1]).unionByName(parts[2])
     assert rows.count() == 1797 and rows.select("_row_id").distinct().count() == 1797
     expected = load_digits()
@@ -91,12 +96,20 @@ def test_rerun_with_the_same_input_and_config_is_a_no_op(spark, digits):
 
 def test_output_with_another_fingerprint_is_refused_then_overwritten(spark, tmp_path):
     out = str(tmp_path / "ds")
-    first = prepare(spark, DataConfig(source="synthetic", synthetic=SyntheticConfig(rows=400, features=4, classes=3),
-                                      output=out, max_shards=2))
-    other = DataConfig(source="synthetic", synthetic=SyntheticConfig(rows=500, features=4, classes=3), output=out,
-                       max_shards=2)
-    with pytest.raises(SparkmlParError, match=r"data.output '.*ds' already holds a dataset built from a different "
-                                              r"config or input .*set data.mode=overwrite"):
+    first = prepare(
+        spark,
+        DataConfig(
+            source="synthetic", synthetic=SyntheticConfig(rows=400, features=4, classes=3), output=out, max_shards=2
+        ),
+    )
+    other = DataConfig(
+        source="synthetic", synthetic=SyntheticConfig(rows=500, features=4, classes=3), output=out, max_shards=2
+    )
+    with pytest.raises(
+        SparkmlParError,
+        match=r"data.output '.*ds' already holds a dataset built from a different "
+        r"config or input .*set data.mode=overwrite",
+    ):
         prepare(spark, other)
     other.mode = "overwrite"
     second = prepare(spark, other)
@@ -115,14 +128,21 @@ def test_output_that_is_not_a_dataset_is_refused(spark, tmp_path):
 
 def test_unwritable_output(spark, tmp_path):
     (tmp_path / "a_file").write_text("")
-    with pytest.raises(SparkmlParError, match=r"cannot write to data.output '.*a_file/ds' .*choose a writable "
-                                              r"data.output"):
+    with pytest.raises(
+        SparkmlParError,
+        match=r"cannot write to data.output '.*a_file/ds' .*choose a writable "
+        r"data.output",
+    ):
         prepare(spark, DataConfig(source="digits", output=str(tmp_path / "a_file" / "ds")))
 
 
 def test_a_failed_job_leaves_no_dataset_and_no_staging(spark, tmp_path):
-    cfg = DataConfig(source="synthetic", synthetic=SyntheticConfig(rows=60, features=2, classes=2),
-                     output=str(tmp_path / "ds"), max_shards=16)
+    cfg = DataConfig(
+        source="synthetic",
+        synthetic=SyntheticConfig(rows=60, features=2, classes=2),
+        output=str(tmp_path / "ds"),
+        max_shards=16,
+    )
     with pytest.raises(SparkmlParError, match=r"split has \d+ rows, fewer than data.max_shards=16"):
         prepare(spark, cfg)
     assert list(tmp_path.iterdir()) == []
@@ -142,8 +162,12 @@ def test_what_a_killed_job_left_beside_the_output_is_cleared(spark, tmp_path):
 def test_synthetic_rows_and_splits_do_not_depend_on_partitioning(spark, tmp_path):
     def rows(partitions):
         out = tmp_path / f"p{partitions}"
-        cfg = DataConfig(source="synthetic", output=str(out), max_shards=2,
-                         synthetic=SyntheticConfig(rows=9000, features=3, classes=4, seed=7, partitions=partitions))
+        cfg = DataConfig(
+            source="synthetic",
+            output=str(out),
+            max_shards=2,
+            synthetic=SyntheticConfig(rows=9000, features=3, classes=4, seed=7, partitions=partitions),
+        )
         result = prepare(spark, cfg)
         got = {}
         for name in ("train", "validation", "test"):
@@ -174,8 +198,9 @@ def _customers_csv(path: Path, n: int = 400) -> None:
 def tabular(spark, tmp_path_factory):
     base = tmp_path_factory.mktemp("tabular")
     _customers_csv(base / "customers.csv")
-    cfg = load_config(ROOT / "conf" / "tabular.yaml",
-                      [f"data.path={base / 'customers.csv'}", f"data.output={base / 'dataset'}"])
+    cfg = load_config(
+        ROOT / "conf" / "tabular.yaml", [f"data.path={base / 'customers.csv'}", f"data.output={base / 'dataset'}"]
+    )
     return prepare(spark, cfg.data), base
 
 
@@ -210,8 +235,11 @@ def test_feature_pipeline_was_fitted_on_train_and_scoring_reproduces_the_feature
 def test_scoring_input_missing_a_raw_column(spark, tabular):
     result, base = tabular
     raw = spark.read.option("header", "true").csv(str(base / "customers.csv")).withColumnRenamed("plan", "plan_x")
-    with pytest.raises(SparkmlParError, match=r"scoring input: column 'plan' is not in the input; "
-                                              r"did you mean 'plan_x'\?"):
+    with pytest.raises(
+        SparkmlParError,
+        match=r"scoring input: column 'plan' is not in the input; "
+        r"did you mean 'plan_x'\?",
+    ):
         apply_feature_pipeline(raw, result.output)
 
 
@@ -223,9 +251,15 @@ def test_image_folders(spark, tmp_path):
         for i in range(6):
             Image.fromarray(np.full((10, 12), value + i, dtype=np.uint8)).save(tmp_path / "images" / label / f"{i}.png")
     (tmp_path / "images" / "dog" / "broken.png").write_bytes(b"not a png")
-    cfg = DataConfig(source="images", path=str(tmp_path / "images"), image_size=[4, 4], max_shards=1,
-                     max_reject_fraction=0.2, output=str(tmp_path / "ds"),
-                     split=SplitConfig(train=1.0, validation=0.0, test=0.0))
+    cfg = DataConfig(
+        source="images",
+        path=str(tmp_path / "images"),
+        image_size=[4, 4],
+        max_shards=1,
+        max_reject_fraction=0.2,
+        output=str(tmp_path / "ds"),
+        split=SplitConfig(train=1.0, validation=0.0, test=0.0),
+    )
     result = prepare(spark, cfg)
     m = result.manifest
     assert m["classes"] == ["cat", "dog"] and m["feature_shape"] == [1, 4, 4] and m["num_classes"] == 2
@@ -238,11 +272,21 @@ def test_image_folders(spark, tmp_path):
 
 
 def test_parquet_input_with_typed_columns(spark, tmp_path):
-    df = spark.range(200).selectExpr("CAST(id AS double) AS x", "CAST(id % 5 AS double) * 0.5 AS y",
-                                     "CAST(id % 2 AS int) AS target")
+    df = spark.range(200).selectExpr(
+        "CAST(id AS double) AS x", "CAST(id % 5 AS double) * 0.5 AS y", "CAST(id % 2 AS int) AS target"
+    )
     df.write.parquet(str(tmp_path / "in"))
-    cfg = load_config(None, ["data.source=parquet", f"data.path={tmp_path / 'in'}", "data.label=target",
-                             f"data.output={tmp_path / 'ds'}", "data.max_shards=2", "data.featurize.scale=false"]).data
+    cfg = load_config(
+        None,
+        [
+            "data.source=parquet",
+            f"data.path={tmp_path / 'in'}",
+            "data.label=target",
+            f"data.output={tmp_path / 'ds'}",
+            "data.max_shards=2",
+            "data.featurize.scale=false",
+        ],
+    ).data
     m = prepare(spark, cfg).manifest
     assert m["raw_feature_columns"] == ["x", "y"] and m["feature_shape"] == [2] and m["num_classes"] == 2
     back = spark.read.parquet(f"{tmp_path / 'ds'}/train").orderBy("features").first()
@@ -252,7 +296,7 @@ def test_parquet_input_with_typed_columns(spark, tmp_path):
 def test_prepare_command_and_spark_submit_entry(tmp_path, capsys):
     from sparkml_par.cli import run_job
 
-    assert "run_job(\"prepare\")" in (ROOT / "jobs" / "prepare.py").read_text()
+    assert 'run_job("prepare")' in (ROOT / "jobs" / "prepare.py").read_text()
     conf = tmp_path / "digits.yaml"
     conf.write_text("data:\n  source: digits\n  max_shards: 2\n")
     assert run_job("prepare", ["--config", str(conf), f"data.output={tmp_path / 'ds'}"]) == 0

@@ -13,8 +13,9 @@ from sparkml_par.config import ColumnSpec, DataConfig, SplitConfig
 from sparkml_par.errors import SparkmlParError
 
 HEADER = "sepal_length,sepal_width,color,species"
-GOOD = [f"{4 + (i % 10) * 0.3:.1f},{2 + (i % 7) * 0.2:.1f},{['red', 'blue', 'green'][i % 3]},{i % 3}"
-        for i in range(40)]
+GOOD = [
+    f"{4 + (i % 10) * 0.3:.1f},{2 + (i % 7) * 0.2:.1f},{['red', 'blue', 'green'][i % 3]},{i % 3}" for i in range(40)
+]
 # raw line -> the one reason it must be quarantined for
 BAD = {
     "abc,3.0,red,1": "unparseable:sepal_length",
@@ -28,9 +29,11 @@ BAD = {
     "5.0,3.0,red,1,extra": "malformed_row",
     "5.0,3.0": "malformed_row",
 }
-FEATURES = [ColumnSpec(name="sepal_length", type="float", min=0.0, max=10.0),
-            ColumnSpec(name="sepal_width", type="float"),
-            ColumnSpec(name="color", type="string", categories=["red", "blue", "green"])]
+FEATURES = [
+    ColumnSpec(name="sepal_length", type="float", min=0.0, max=10.0),
+    ColumnSpec(name="sepal_width", type="float"),
+    ColumnSpec(name="color", type="string", categories=["red", "blue", "green"]),
+]
 
 
 def _csv(path, lines):
@@ -39,8 +42,16 @@ def _csv(path, lines):
 
 
 def _config(tmp_path, path, **overrides) -> DataConfig:
-    settings = dict(source="csv", path=path, label="species", features=list(FEATURES), max_shards=2,
-                    max_reject_fraction=0.5, output=str(tmp_path / "dataset"), split=SplitConfig(seed=1))
+    settings = dict(
+        source="csv",
+        path=path,
+        label="species",
+        features=list(FEATURES),
+        max_shards=2,
+        max_reject_fraction=0.5,
+        output=str(tmp_path / "dataset"),
+        split=SplitConfig(seed=1),
+    )
     settings.update(overrides)
     return DataConfig(**settings)
 
@@ -51,12 +62,19 @@ def test_known_bad_rows_are_exactly_the_quarantine_with_their_reasons(spark, tmp
     result = prepare(spark, cfg)
 
     quarantine = spark.read.parquet(f"{result.output}/quarantine")
-    assert set(quarantine.columns) >= {"sepal_length", "sepal_width", "color", "species", "_reject_reason",
-                                       "_raw_record"}
+    assert set(quarantine.columns) >= {
+        "sepal_length",
+        "sepal_width",
+        "color",
+        "species",
+        "_reject_reason",
+        "_raw_record",
+    }
     got = {}
     for row in quarantine.collect():
-        raw = row["_raw_record"] or ",".join("" if row[c] is None else row[c]
-                                             for c in ("sepal_length", "sepal_width", "color", "species"))
+        raw = row["_raw_record"] or ",".join(
+            "" if row[c] is None else row[c] for c in ("sepal_length", "sepal_width", "color", "species")
+        )
         got[raw.rstrip(",") if row["_raw_record"] is None else raw] = row["_reject_reason"]
     expected = {line.rstrip(","): reason for line, reason in BAD.items()}
     assert got == expected
@@ -74,8 +92,11 @@ def test_known_bad_rows_are_exactly_the_quarantine_with_their_reasons(spark, tmp
 def test_too_many_bad_rows_fail_the_job_and_keep_the_rejects(spark, tmp_path):
     lines = [HEADER] + GOOD[:10] + list(BAD)
     cfg = _config(tmp_path, _csv(tmp_path / "bad.csv", lines), max_reject_fraction=0.1)
-    with pytest.raises(SparkmlParError, match=r"10 of 20 rows \(50.0%\) failed validation, more than "
-                                              r"data.max_reject_fraction=0.1 allows \(malformed_row: 2, "):
+    with pytest.raises(
+        SparkmlParError,
+        match=r"10 of 20 rows \(50.0%\) failed validation, more than "
+        r"data.max_reject_fraction=0.1 allows \(malformed_row: 2, ",
+    ):
         prepare(spark, cfg)
     assert not (tmp_path / "dataset").exists()
     assert spark.read.parquet(str(tmp_path / "dataset.rejected")).count() == len(BAD)
@@ -111,15 +132,21 @@ def test_empty_directory(spark, tmp_path):
 def test_misspelled_feature_column_suggests_the_closest(spark, tmp_path):
     features = [ColumnSpec(name="sepal_lenght", type="float")] + FEATURES[1:]
     cfg = _config(tmp_path, _csv(tmp_path / "iris.csv", [HEADER] + GOOD), features=features)
-    with pytest.raises(SparkmlParError, match=r"data.features\[0\].name: column 'sepal_lenght' is not in the input; "
-                                              r"did you mean 'sepal_length'\?"):
+    with pytest.raises(
+        SparkmlParError,
+        match=r"data.features\[0\].name: column 'sepal_lenght' is not in the input; "
+        r"did you mean 'sepal_length'\?",
+    ):
         prepare(spark, cfg)
 
 
 def test_misspelled_label_suggests_the_closest(spark, tmp_path):
     cfg = _config(tmp_path, _csv(tmp_path / "iris.csv", [HEADER] + GOOD), label="Species")
-    with pytest.raises(SparkmlParError, match=r"data.label: column 'Species' is not in the input; "
-                                              r"did you mean 'species'\?"):
+    with pytest.raises(
+        SparkmlParError,
+        match=r"data.label: column 'Species' is not in the input; "
+        r"did you mean 'species'\?",
+    ):
         prepare(spark, cfg)
 
 
@@ -127,9 +154,12 @@ def test_misspelled_label_suggests_the_closest(spark, tmp_path):
 def test_a_csv_with_another_separator_gets_the_setting_that_reads_it(spark, tmp_path, sep):
     lines = [line.replace(",", sep) for line in [HEADER] + GOOD]
     cfg = _config(tmp_path, _csv(tmp_path / "iris.csv", lines))
-    with pytest.raises(SparkmlParError, match=rf"data.label: column 'species' is not in the input; the input has one "
-                                              rf"column, whose name holds {re.escape(repr(sep))}: .* so set "
-                                              rf"data.csv_sep={re.escape(repr(sep))}; "):
+    with pytest.raises(
+        SparkmlParError,
+        match=rf"data.label: column 'species' is not in the input; the input has one "
+        rf"column, whose name holds {re.escape(repr(sep))}: .* so set "
+        rf"data.csv_sep={re.escape(repr(sep))}; ",
+    ):
         prepare(spark, cfg)
     assert len(prepare(spark, dataclasses.replace(cfg, csv_sep=sep)).manifest["raw_feature_columns"]) == len(FEATURES)
 
@@ -147,10 +177,14 @@ def test_text_label_names_the_classes(spark, tmp_path):
 
 
 def test_more_text_classes_than_num_classes_says_how_many(spark, tmp_path):
-    cfg = _config(tmp_path, _csv(tmp_path / "iris.csv", [HEADER] + GOOD), label="color", features=FEATURES[:2],
-                  num_classes=2)
-    with pytest.raises(SparkmlParError, match=r"^data.label: column 'color' holds 3 distinct classes \('blue', "
-                                              r"'green', 'red'\) but data.num_classes=2; set data.num_classes=3 or 0"):
+    cfg = _config(
+        tmp_path, _csv(tmp_path / "iris.csv", [HEADER] + GOOD), label="color", features=FEATURES[:2], num_classes=2
+    )
+    with pytest.raises(
+        SparkmlParError,
+        match=r"^data.label: column 'color' holds 3 distinct classes \('blue', "
+        r"'green', 'red'\) but data.num_classes=2; set data.num_classes=3 or 0",
+    ):
         prepare(spark, cfg)
 
 
@@ -161,33 +195,41 @@ def test_a_stray_label_value_is_reported_with_the_counts(spark, tmp_path):
     assert m["class_warnings"] == [
         "class ids 3, 4, 5, 6 of 0..7 have no rows; the model still has 8 outputs (a stray label value, or set "
         "data.num_classes)",
-        "classes with very few rows: 7: 1 rows (the average class has 10); check the label column for stray values"]
+        "classes with very few rows: 7: 1 rows (the average class has 10); check the label column for stray values",
+    ]
 
 
 def test_fractional_label_for_classification_suggests_regression(spark, tmp_path):
-    cfg = _config(tmp_path, _csv(tmp_path / "iris.csv", [HEADER] + GOOD), label="sepal_width",
-                  features=[FEATURES[0]])
-    with pytest.raises(SparkmlParError, match=r"column 'sepal_width' holds fractional numbers \(29 of 40 values\), "
-                                              r"but data.task=classification needs integer class ids; "
-                                              r"set data.task=regression"):
+    cfg = _config(tmp_path, _csv(tmp_path / "iris.csv", [HEADER] + GOOD), label="sepal_width", features=[FEATURES[0]])
+    with pytest.raises(
+        SparkmlParError,
+        match=r"column 'sepal_width' holds fractional numbers \(29 of 40 values\), "
+        r"but data.task=classification needs integer class ids; "
+        r"set data.task=regression",
+    ):
         prepare(spark, cfg)
 
 
 def test_label_of_a_nested_type_is_refused(spark, tmp_path):
     rows = [{"x": float(i), "y": [i, i]} for i in range(10)]
     (tmp_path / "rows.json").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    cfg = _config(tmp_path, str(tmp_path / "rows.json"), source="json", label="y",
-                  features=[ColumnSpec(name="x", type="float")])
-    with pytest.raises(SparkmlParError, match=r"data.label: column 'y' has type array<bigint>, but a classification "
-                                              r"label must be a number"):
+    cfg = _config(
+        tmp_path, str(tmp_path / "rows.json"), source="json", label="y", features=[ColumnSpec(name="x", type="float")]
+    )
+    with pytest.raises(
+        SparkmlParError,
+        match=r"data.label: column 'y' has type array<bigint>, but a classification "
+        r"label must be a number",
+    ):
         prepare(spark, cfg)
 
 
 def test_json_lines_malformed_lines_are_quarantined(spark, tmp_path):
     lines = [json.dumps({"x": float(i), "y": i % 2}) for i in range(100)] + ['{"x": 1.0, "y": ', "not json"]
     (tmp_path / "rows.json").write_text("\n".join(lines) + "\n")
-    cfg = _config(tmp_path, str(tmp_path / "rows.json"), source="json", label="y",
-                  features=[ColumnSpec(name="x", type="float")])
+    cfg = _config(
+        tmp_path, str(tmp_path / "rows.json"), source="json", label="y", features=[ColumnSpec(name="x", type="float")]
+    )
     result = prepare(spark, cfg)
     assert result.manifest["quarantine"]["reasons"] == {"malformed_row": 2}
     raw = sorted(r["_raw_record"] for r in spark.read.parquet(f"{result.output}/quarantine").collect())

@@ -14,12 +14,15 @@ from sparkml_par.errors import SparkmlParError
 ROWS, DIMS = 1000, 5
 
 
-@pytest.mark.parametrize("counts, target_rows, max_shards", [
-    ({0: 900, 1: 897}, 14_000, 8),                  # digits-sized: one group per shard per partition
-    ({0: 1_000_000, 1: 1_000_000}, 30_000, 8),      # benchmark-sized: ~30k-row groups
-    ({0: 333_334, 1: 333_333, 2: 6}, 10_000, 6),   # unequal partitions, one barely big enough
-    ({0: 9}, 1_000, 8),                             # barely enough rows
-])
+@pytest.mark.parametrize(
+    "counts, target_rows, max_shards",
+    [
+        ({0: 900, 1: 897}, 14_000, 8),  # digits-sized: one group per shard per partition
+        ({0: 1_000_000, 1: 1_000_000}, 30_000, 8),  # benchmark-sized: ~30k-row groups
+        ({0: 333_334, 1: 333_333, 2: 6}, 10_000, 6),  # unequal partitions, one barely big enough
+        ({0: 9}, 1_000, 8),  # barely enough rows
+    ],
+)
 def test_plan_cuts_every_partition_into_a_multiple_of_max_shards(counts, target_rows, max_shards):
     plan = plan_row_groups(counts, target_rows, max_shards)
     assert set(plan) == set(counts)
@@ -43,8 +46,11 @@ def test_planned_files_give_every_shard_an_equal_share(shards):
 
 def test_a_split_smaller_than_max_shards_is_refused(spark, tmp_path):
     df = spark.range(5).selectExpr("id AS _row_id", "id % 2 AS label")
-    with pytest.raises(SparkmlParError, match=r"the test split has 5 rows, fewer than data.max_shards=8 .* "
-                                              r"lower data.max_shards"):
+    with pytest.raises(
+        SparkmlParError,
+        match=r"the test split has 5 rows, fewer than data.max_shards=8 .* "
+        r"lower data.max_shards",
+    ):
         write_split(spark, df, f"file://{tmp_path}/t", 5, shapes={}, row_group_mb=4.0, max_shards=8, split="test")
 
 
@@ -57,19 +63,21 @@ def written(spark, tmp_path_factory):
     """1,000 rows from 3 unequal input partitions, cut into small row groups for 4 shards."""
     from pyspark.sql import functions as F
 
-    df = (spark.range(0, ROWS, 1, numPartitions=3)
-          .select(F.col("id").alias("_row_id"),
-                  F.expr(f"transform(sequence(0, {DIMS - 1}), j -> CAST(id * 0.5 + j AS float))").alias("features"),
-                  (F.col("id") % 3).alias("label")))
+    df = spark.range(0, ROWS, 1, numPartitions=3).select(
+        F.col("id").alias("_row_id"),
+        F.expr(f"transform(sequence(0, {DIMS - 1}), j -> CAST(id * 0.5 + j AS float))").alias("features"),
+        (F.col("id") % 3).alias("label"),
+    )
     url = "file://" + str(tmp_path_factory.mktemp("write") / "train")
-    info = write_split(spark, df, url, ROWS, shapes={"features": (DIMS,)}, row_group_mb=0.001, max_shards=4,
-                       split="train")
+    info = write_split(
+        spark, df, url, ROWS, shapes={"features": (DIMS,)}, row_group_mb=0.001, max_shards=4, split="train"
+    )
     return url, info
 
 
 def test_layout_on_disk_matches_the_manifest_entry(written):
     url, info = written
-    path = url[len("file://"):]
+    path = url[len("file://") :]
     sizes = []
     for name, rows in info["files"].items():
         meta = pq.read_metadata(f"{path}/{name}")
@@ -81,7 +89,7 @@ def test_layout_on_disk_matches_the_manifest_entry(written):
 
 def test_reads_back_identically_through_pyarrow_and_spark(spark, written):
     url, _ = written
-    table = pq.read_table(url[len("file://"):], columns=["_row_id", "features", "label"]).to_pydict()
+    table = pq.read_table(url[len("file://") :], columns=["_row_id", "features", "label"]).to_pydict()
     ids = np.array(table["_row_id"])
     order = np.argsort(ids)
     assert np.array_equal(ids[order], np.arange(ROWS))
@@ -93,7 +101,8 @@ def test_reads_back_identically_through_pyarrow_and_spark(spark, written):
     assert dict(back.dtypes) == {"_row_id": "bigint", "features": "array<float>", "label": "bigint"}
     mismatches = back.selectExpr(
         f"sum(CASE WHEN features = transform(sequence(0, {DIMS - 1}), j -> CAST(_row_id * 0.5 + j AS float)) "
-        f"AND label = _row_id % 3 THEN 0 ELSE 1 END)").first()[0]
+        f"AND label = _row_id % 3 THEN 0 ELSE 1 END)"
+    ).first()[0]
     assert mismatches == 0
 
 
@@ -128,8 +137,9 @@ def test_make_batch_reader_shards_are_balanced_and_complete(written, shards):
     seen, counts = [], []
     for shard in range(shards):
         ids, features = [], []
-        with make_batch_reader(url, reader_pool_type="dummy", num_epochs=1, cur_shard=shard,
-                               shard_count=shards) as reader:
+        with make_batch_reader(
+            url, reader_pool_type="dummy", num_epochs=1, cur_shard=shard, shard_count=shards
+        ) as reader:
             for batch in reader:
                 assert set(batch._fields) == {"features", "label"}
                 assert np.array_equal(batch.label, (batch.features[:, 0] * 2).astype(np.int64) % 3)
@@ -184,8 +194,13 @@ def test_binary_and_string_columns_round_trip_through_make_reader(spark, tmp_pat
         Image.fromarray(pixels).save(buffer, format="PNG")
         return bytearray(buffer.getvalue())
 
-    schema = StructType([StructField("index", LongType(), False), StructField("name", StringType()),
-                         StructField("image", BinaryType(), False)])
+    schema = StructType(
+        [
+            StructField("index", LongType(), False),
+            StructField("name", StringType()),
+            StructField("image", BinaryType(), False),
+        ]
+    )
     df = spark.createDataFrame([(i, f"img{i}", png(img)) for i, img in enumerate(images)], schema)
     url = "file://" + str(tmp_path / "images")
     write_split(spark, df, url, 8, shapes={}, row_group_mb=4.0, max_shards=2)

@@ -77,10 +77,13 @@ def test_state_round_trip_resumes_the_count():
     assert _decisions(resumed, [0.7, 0.7]) == [False, True]
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    ({"mode": "lowest"}, "train.early_stopping.mode: 'lowest' is not 'min' or 'max'"),
-    ({"patience": -1}, "patience=-1 and min_delta=0.0 must not be negative"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"mode": "lowest"}, "train.early_stopping.mode: 'lowest' is not 'min' or 'max'"),
+        ({"patience": -1}, "patience=-1 and min_delta=0.0 must not be negative"),
+    ],
+)
 def test_invalid_settings(kwargs, message):
     args = {"monitor": "val_loss", "mode": "min", "patience": 1, "min_delta": 0.0, **kwargs}
     with pytest.raises(ConfigError) as err:

@@ -27,38 +27,94 @@ from sparkml_par.train.job import train
 @dataclass(frozen=True)
 class Scenario:
     name: str
-    dataset: str                 # a foreign_data.frame name, or "digit_images"
-    fmt: str                     # csv, json, parquet or images
+    dataset: str  # a foreign_data.frame name, or "digit_images"
+    fmt: str  # csv, json, parquet or images
     label: str
-    key: str | None              # data.split.key and score.id_column
-    metric: str                  # accuracy (higher is better) or mse (lower is better)
-    margin: float                # accuracy: at most this far below the baseline; mse: at most (1 + margin) times it
+    key: str | None  # data.split.key and score.id_column
+    metric: str  # accuracy (higher is better) or mse (lower is better)
+    margin: float  # accuracy: at most this far below the baseline; mse: at most (1 + margin) times it
     task: str = "classification"
-    region: bool = False         # add a categorical column with missing values
+    region: bool = False  # add a categorical column with missing values
     bad_lines: tuple[str, ...] = ()  # CSV lines appended to the file, with the reason each must be quarantined for
     reasons: tuple[tuple[str, int], ...] = ()
     overrides: tuple[str, ...] = field(default=())
 
 
 SCENARIOS = [
-    Scenario("breast-cancer-csv", "breast_cancer", "csv", label="diagnosis", key="patient id", metric="accuracy",
-             margin=0.05, overrides=("train.epochs=15",),
-             # two rows cut short, two with text in a number column, one too long
-             bad_lines=("20001,13.5", "20002", "20003,abc" + ",1.0" * 29 + ",1", "20004,1.0,n/a" + ",1.0" * 28 + ",0",
-                        "20005" + ",1.0" * 30 + ",1,9"),
-             reasons=(("malformed_row", 3), ("unparseable:mean radius", 1), ("unparseable:mean texture", 1))),
-    Scenario("wine-json", "wine", "json", label="cultivar", key="sample_id", metric="accuracy", margin=0.1,
-             overrides=("train.epochs=25",)),
-    Scenario("iris-parquet-text-labels", "iris", "parquet", label="species", key="flower", metric="accuracy",
-             margin=0.15, overrides=("train.epochs=40",)),
-    Scenario("diabetes-csv-regression", "diabetes", "csv", label="progression", key=None, metric="mse",
-             margin=0.3, task="regression", overrides=("train.epochs=30",)),
-    Scenario("wine-csv-missing-categories", "wine", "csv", label="cultivar", key="sample_id", metric="accuracy",
-             margin=0.1, region=True, overrides=("data.featurize.impute=median", "train.epochs=25"),
-             # imputation fills what is missing, never what is unreadable
-             bad_lines=("w9999,abc" + ",1.0" * 12 + ",1,north",), reasons=(("unparseable:alcohol", 1),)),
-    Scenario("digit-pngs", "digit_images", "images", label="digit", key=None, metric="accuracy", margin=0.1,
-             overrides=("train.model=cnn", "train.model_args={}", "train.epochs=8", "data.image_size=[8, 8]")),
+    Scenario(
+        "breast-cancer-csv",
+        "breast_cancer",
+        "csv",
+        label="diagnosis",
+        key="patient id",
+        metric="accuracy",
+        margin=0.05,
+        overrides=("train.epochs=15",),
+        # two rows cut short, two with text in a number column, one too long
+        bad_lines=(
+            "20001,13.5",
+            "20002",
+            "20003,abc" + ",1.0" * 29 + ",1",
+            "20004,1.0,n/a" + ",1.0" * 28 + ",0",
+            "20005" + ",1.0" * 30 + ",1,9",
+        ),
+        reasons=(("malformed_row", 3), ("unparseable:mean radius", 1), ("unparseable:mean texture", 1)),
+    ),
+    Scenario(
+        "wine-json",
+        "wine",
+        "json",
+        label="cultivar",
+        key="sample_id",
+        metric="accuracy",
+        margin=0.1,
+        overrides=("train.epochs=25",),
+    ),
+    Scenario(
+        "iris-parquet-text-labels",
+        "iris",
+        "parquet",
+        label="species",
+        key="flower",
+        metric="accuracy",
+        margin=0.15,
+        overrides=("train.epochs=40",),
+    ),
+    Scenario(
+        "diabetes-csv-regression",
+        "diabetes",
+        "csv",
+        label="progression",
+        key=None,
+        metric="mse",
+        margin=0.3,
+        task="regression",
+        overrides=("train.epochs=30",),
+    ),
+    Scenario(
+        "wine-csv-missing-categories",
+        "wine",
+        "csv",
+        label="cultivar",
+        key="sample_id",
+        metric="accuracy",
+        margin=0.1,
+        region=True,
+        overrides=("data.featurize.impute=median", "train.epochs=25"),
+        # imputation fills what is missing, never what is unreadable
+        bad_lines=("w9999,abc" + ",1.0" * 12 + ",1,north",),
+        reasons=(("unparseable:alcohol", 1),),
+    ),
+    Scenario(
+        "digit-pngs",
+        "digit_images",
+        "images",
+        label="digit",
+        key=None,
+        metric="accuracy",
+        margin=0.1,
+        overrides=("train.model=cnn", "train.model_args={}", "train.epochs=8", "data.image_size=[8, 8]"),
+    ),
 ]
 
 
@@ -79,12 +135,27 @@ def _arrange(scenario: Scenario, root: Path) -> tuple[Path, int]:
 
 def _config(scenario: Scenario, root: Path, path: Path, *extra: str):
     key = [f"data.split.key={scenario.key}", f"score.id_column={scenario.key}"] if scenario.key else []
-    return load_config(None, [
-        f"data.source={scenario.fmt}", f"data.path={path}", f"data.label={scenario.label}",
-        f"data.task={scenario.task}", "data.max_shards=2", f"data.output={root}/dataset",
-        "train.model=mlp", "train.model_args={hidden: [32]}", "train.lr=0.01", "train.batch_size=32",
-        "train.num_proc=2", f"train.output={root}/train", f"score.output={root}/predictions", *key,
-        *scenario.overrides, *extra])
+    return load_config(
+        None,
+        [
+            f"data.source={scenario.fmt}",
+            f"data.path={path}",
+            f"data.label={scenario.label}",
+            f"data.task={scenario.task}",
+            "data.max_shards=2",
+            f"data.output={root}/dataset",
+            "train.model=mlp",
+            "train.model_args={hidden: [32]}",
+            "train.lr=0.01",
+            "train.batch_size=32",
+            "train.num_proc=2",
+            f"train.output={root}/train",
+            f"score.output={root}/predictions",
+            *key,
+            *scenario.overrides,
+            *extra,
+        ],
+    )
 
 
 def _split(dataset: str, name: str, label: str) -> tuple[np.ndarray, np.ndarray]:
@@ -151,8 +222,9 @@ def test_foreign_dataset_end_to_end(spark, tmp_path, scenario):
         assert (predictions["predicted_label"] == names[predictions["prediction"]]).all()
 
     # The raw input itself, as new rows: read, checked and featurized by the dataset's rules.
-    raw = score_job(spark, _config(scenario, tmp_path, path, f"score.input={path}",
-                                   f"score.output={tmp_path}/raw_predictions"))
+    raw = score_job(
+        spark, _config(scenario, tmp_path, path, f"score.input={path}", f"score.output={tmp_path}/raw_predictions")
+    )
     assert raw.rejected["rows_in"] == rows_in and raw.rows + raw.rejected["rows"] == rows_in
     assert raw.rejected["reasons"] == m["quarantine"]["reasons"]
     held = spark.read.parquet(f"{tmp_path}/raw_predictions/_quarantine") if raw.rejected["rows"] else None
@@ -171,10 +243,20 @@ def test_the_same_rows_split_alike_as_csv_json_lines_and_parquet(spark, tmp_path
     splits = {}
     for fmt in ("csv", "json", "parquet"):
         path = foreign_data.write(iris, tmp_path / fmt, fmt)
-        cfg = load_config(None, [f"data.source={fmt}", f"data.path={path}", "data.label=species", "data.max_shards=1",
-                                 f"data.output={tmp_path}/{fmt}-dataset"])
+        cfg = load_config(
+            None,
+            [
+                f"data.source={fmt}",
+                f"data.path={path}",
+                "data.label=species",
+                "data.max_shards=1",
+                f"data.output={tmp_path}/{fmt}-dataset",
+            ],
+        )
         dataset = prepare(spark, cfg.data).output
-        splits[fmt] = {name: sorted(pq.read_table(f"{dataset.removeprefix('file://')}/{name}")
-                                    .column("_row_id").to_pylist()) for name in ("train", "validation", "test")}
+        splits[fmt] = {
+            name: sorted(pq.read_table(f"{dataset.removeprefix('file://')}/{name}").column("_row_id").to_pylist())
+            for name in ("train", "validation", "test")
+        }
     assert splits["csv"] == splits["json"] == splits["parquet"]
     assert sum(len(ids) for ids in splits["csv"].values()) == 150

@@ -23,8 +23,9 @@ TOLERANCE = 1e-6
 
 
 def _prepared(spark, root: Path, *overrides: str):
-    cfg = load_config(None, [f"data.output={root}/dataset", f"train.output={root}/train", "data.max_shards=2",
-                             *overrides])
+    cfg = load_config(
+        None, [f"data.output={root}/dataset", f"train.output={root}/train", "data.max_shards=2", *overrides]
+    )
     result = prepare(spark, cfg.data)
     return cfg, result.manifest
 
@@ -41,9 +42,19 @@ def _untrained_artifact(root: Path, cfg, manifest) -> Path:
 def classifier(spark, tmp_path_factory):
     """A trained 3-class MLP on 8 synthetic features (one epoch, one rank)."""
     root = tmp_path_factory.mktemp("classifier")
-    cfg, _ = _prepared(spark, root, "data.source=synthetic", "data.synthetic.rows=600", "data.synthetic.features=8",
-                       "data.synthetic.classes=3", "train.model=mlp", "train.model_args={hidden: [16]}",
-                       "train.epochs=1", "train.num_proc=1", "train.batch_size=32")
+    cfg, _ = _prepared(
+        spark,
+        root,
+        "data.source=synthetic",
+        "data.synthetic.rows=600",
+        "data.synthetic.features=8",
+        "data.synthetic.classes=3",
+        "train.model=mlp",
+        "train.model_args={hidden: [16]}",
+        "train.epochs=1",
+        "train.num_proc=1",
+        "train.batch_size=32",
+    )
     train(spark, cfg)
     return root, cfg
 
@@ -58,12 +69,22 @@ def regressor(spark, tmp_path_factory):
     x = rng.standard_normal((300, 6)).astype(np.float32)
     y = x.sum(axis=1) + rng.standard_normal(300).astype(np.float32)
     rows = [(i, x[i].tolist(), float(y[i])) for i in range(300)]
-    spark.createDataFrame(rows, "_row_id bigint, features array<float>, label float").repartition(3) \
-        .write.parquet(str(root / "rows"))
+    spark.createDataFrame(rows, "_row_id bigint, features array<float>, label float").repartition(3).write.parquet(
+        str(root / "rows")
+    )
     spec = model_spec("mlp", {"hidden": [8]}, (6,), 1)
-    description = {"spec": spec, "task": "regression", "num_classes": 0, "classes": None, "feature_shape": [6],
-                   "dataset": None, "feature_pipeline": None, "raw_feature_columns": ["features"],
-                   "raw_feature_types": {"features": "vector"}, "label_column": "label"}
+    description = {
+        "spec": spec,
+        "task": "regression",
+        "num_classes": 0,
+        "classes": None,
+        "feature_shape": [6],
+        "dataset": None,
+        "feature_pipeline": None,
+        "raw_feature_columns": ["features"],
+        "raw_feature_types": {"features": "vector"},
+        "label_column": "label",
+    }
     torch.manual_seed(0)
     write_model_artifact(root / "train" / "model", build_from_spec(spec).state_dict(), description, {}, "")
     return root
@@ -79,9 +100,15 @@ def tabular(spark, tmp_path_factory):
         lines.append(f"{i},{rng.normal():.4f},{rng.normal(5, 2):.4f},{['red', 'green', 'blue'][i % 3]},{i % 2}")
     (root / "raw.csv").write_text("\n".join(lines) + "\n")
     features = "[{name: size, type: float}, {name: weight, type: float}, {name: colour, type: string}]"
-    cfg, manifest = _prepared(spark, root, "data.source=csv", f"data.path={root}/raw.csv",
-                              f"data.features={features}",
-                              "train.model=mlp", "train.model_args={hidden: [8]}")
+    cfg, manifest = _prepared(
+        spark,
+        root,
+        "data.source=csv",
+        f"data.path={root}/raw.csv",
+        f"data.features={features}",
+        "train.model=mlp",
+        "train.model_args={hidden: [8]}",
+    )
     _untrained_artifact(root, cfg, manifest)
     return root, cfg
 
@@ -104,11 +131,14 @@ def _collected(df, id_column: str = "_row_id"):
 
 
 def _config(root: Path, *overrides: str):
-    return load_config(None, [f"data.output={root}/dataset", f"train.output={root}/train",
-                              f"score.output={root}/predictions", *overrides])
+    return load_config(
+        None,
+        [f"data.output={root}/dataset", f"train.output={root}/train", f"score.output={root}/predictions", *overrides],
+    )
 
 
 # --- the UDF computes what the model computes ------------------------------------------------------------
+
 
 def test_udf_classes_and_probabilities_equal_the_model_in_process(spark, classifier):
     root, _ = classifier
@@ -132,9 +162,12 @@ def test_udf_regression_values_equal_the_model_in_process(spark, regressor):
 
     assert list(predictions.columns) == ["_row_id", "label", "prediction"]
     assert predictions["_row_id"].tolist() == ids.tolist()
-    np.testing.assert_allclose(predictions["prediction"].to_numpy(), _in_process(regressor / "train" / "model",
-                                                                                  features)[:, 0],
-                               rtol=0, atol=TOLERANCE)
+    np.testing.assert_allclose(
+        predictions["prediction"].to_numpy(),
+        _in_process(regressor / "train" / "model", features)[:, 0],
+        rtol=0,
+        atol=TOLERANCE,
+    )
 
 
 def test_raw_rows_go_through_the_saved_feature_pipeline_first(spark, tabular):
@@ -145,8 +178,9 @@ def test_raw_rows_go_through_the_saved_feature_pipeline_first(spark, tabular):
     predictions = _collected(score(spark, raw, f"{root}/train/model", id_column="id"), "id")
     featurized = apply_feature_pipeline(raw, f"file://{root}/dataset").select("id", "features").toPandas()
     featurized = featurized.sort_values("id")
-    expected = torch.softmax(torch.from_numpy(_in_process(root / "train" / "model",
-                                                          np.stack(featurized["features"].to_numpy()))), 1).numpy()
+    expected = torch.softmax(
+        torch.from_numpy(_in_process(root / "train" / "model", np.stack(featurized["features"].to_numpy()))), 1
+    ).numpy()
 
     assert predictions["id"].tolist() == list(range(240))
     np.testing.assert_allclose(np.stack(predictions["probabilities"].to_numpy()), expected, rtol=0, atol=TOLERANCE)
@@ -154,6 +188,7 @@ def test_raw_rows_go_through_the_saved_feature_pipeline_first(spark, tabular):
 
 
 # --- the job: output, metrics, defaults ------------------------------------------------------------------
+
 
 def test_job_defaults_to_the_models_test_split_and_writes_predictions_with_metrics(spark, classifier):
     root, _ = classifier
@@ -184,8 +219,12 @@ def _mean_or_none(hits: np.ndarray):
 
 def test_job_replaces_earlier_predictions_and_scores_a_given_input(spark, classifier):
     root, _ = classifier
-    cfg = _config(root, f"score.input={root}/dataset/validation", f"score.model={root}/train/model",
-                  "score.output=" + str(root / "validation_predictions"))
+    cfg = _config(
+        root,
+        f"score.input={root}/dataset/validation",
+        f"score.model={root}/train/model",
+        "score.output=" + str(root / "validation_predictions"),
+    )
     score_job(spark, _config(root, "score.output=" + str(root / "validation_predictions")))
     result = score_job(spark, cfg)
 
@@ -201,15 +240,14 @@ def test_regression_metrics_are_mse_and_mae(spark, regressor):
     error = written["prediction"].to_numpy(np.float64) - written["label"].to_numpy(np.float64)
 
     assert result.metrics["rows_evaluated"] == len(written) > 0
-    assert result.metrics["mse"] == pytest.approx(np.mean(error ** 2))
+    assert result.metrics["mse"] == pytest.approx(np.mean(error**2))
     assert result.metrics["mae"] == pytest.approx(np.mean(np.abs(error)))
 
 
 def test_unlabelled_input_is_scored_without_metrics(spark, classifier, tmp_path):
     root, _ = classifier
     spark.read.parquet(f"{root}/dataset/test").drop("label").write.parquet(str(tmp_path / "unlabelled"))
-    result = score_job(spark, _config(root, f"score.input={tmp_path}/unlabelled",
-                                      f"score.output={tmp_path}/out"))
+    result = score_job(spark, _config(root, f"score.input={tmp_path}/unlabelled", f"score.output={tmp_path}/out"))
     assert result.metrics is None
     assert json.loads((tmp_path / "out" / "_metrics.json").read_text())["metrics"] is None
     assert pq.read_table(tmp_path / "out").column_names == ["_row_id", "prediction", "probabilities"]
@@ -235,12 +273,14 @@ def test_labels_that_are_no_class_are_invalid_not_truncated(spark):
     # 1.5 is no class (not 1), 7 is out of range, daisy is no class name: three wrong, none evaluated as a class
     assert named["labels_invalid"] == 3 and named["rows_unlabelled"] == 1 and named["rows_evaluated"] == 7
     assert named["confusion_matrix"] == [[2, 0, 0], [0, 1, 0], [0, 0, 1]]
-    numbered = evaluate(predictions.where("label NOT IN ('setosa', 'virginica', 'daisy')"), "label",
-                        "classification", 3)
+    numbered = evaluate(
+        predictions.where("label NOT IN ('setosa', 'virginica', 'daisy')"), "label", "classification", 3
+    )
     assert numbered["labels_invalid"] == 2 and numbered["accuracy"] == pytest.approx(2 / 4)
 
 
 # --- refusals --------------------------------------------------------------------------------------------
+
 
 def test_missing_model_path(spark, classifier, tmp_path):
     root, _ = classifier
@@ -276,24 +316,33 @@ def test_missing_raw_feature_columns_are_named_with_suggestions(spark, tabular):
 
 def test_missing_id_column(spark, classifier):
     root, _ = classifier
-    with pytest.raises(SparkmlParError, match=r"score.id_column: column '_rowid' \(did you mean '_row_id'\?\) "
-                                              r"missing; set score.id_column"):
+    with pytest.raises(
+        SparkmlParError,
+        match=r"score.id_column: column '_rowid' \(did you mean '_row_id'\?\) "
+        r"missing; set score.id_column",
+    ):
         score(spark, f"{root}/dataset/test", f"{root}/train/model", id_column="_rowid")
 
 
 def test_features_of_the_wrong_type(spark, classifier):
     root, _ = classifier
     df = spark.read.parquet(f"{root}/dataset/test").selectExpr("_row_id", "cast(features as string) as features")
-    with pytest.raises(SparkmlParError, match=r"column 'features' has type string, but the model reads an array "
-                                              r"of 8 numbers"):
+    with pytest.raises(
+        SparkmlParError,
+        match=r"column 'features' has type string, but the model reads an array "
+        r"of 8 numbers",
+    ):
         score(spark, df, f"{root}/train/model")
 
 
 def test_features_of_the_wrong_length(spark, classifier):
     root, _ = classifier
     df = spark.read.parquet(f"{root}/dataset/test").selectExpr("_row_id", "slice(features, 1, 5) as features")
-    with pytest.raises(SparkmlParError, match=r"'features' arrays have 5 values, but the model expects 8 "
-                                              r"\(input shape \[8\]\)"):
+    with pytest.raises(
+        SparkmlParError,
+        match=r"'features' arrays have 5 values, but the model expects 8 "
+        r"\(input shape \[8\]\)",
+    ):
         score(spark, df, f"{root}/train/model")
 
 
@@ -304,8 +353,11 @@ def test_one_bad_row_fails_the_job_naming_the_row(spark, classifier, tmp_path):
     bad = df.selectExpr("_row_id", f"if(_row_id = {last}, slice(features, 1, 3), features) as features", "label")
     bad.write.parquet(str(tmp_path / "bad"))
     cfg = _config(root, f"score.input={tmp_path}/bad", f"score.output={tmp_path}/out")
-    with pytest.raises(SparkmlParError, match=rf"row with _row_id={last} has 3 features values but the model "
-                                              rf"expects 8; fix or remove that row"):
+    with pytest.raises(
+        SparkmlParError,
+        match=rf"row with _row_id={last} has 3 features values but the model "
+        rf"expects 8; fix or remove that row",
+    ):
         score_job(spark, cfg)
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob("out.*"))
 
@@ -321,6 +373,7 @@ def test_output_that_holds_something_else_is_not_replaced(spark, classifier, tmp
 
 # --- entry points ----------------------------------------------------------------------------------------
 
+
 def test_spark_submit_script_scores_and_reports_errors(spark, classifier, tmp_path, capsys):
     from sparkml_par.cli import run_job  # what jobs/score.py runs
 
@@ -334,6 +387,7 @@ def test_spark_submit_script_scores_and_reports_errors(spark, classifier, tmp_pa
 
 
 # --- the predictor's cache and device --------------------------------------------------------------------
+
 
 def test_predictor_is_loaded_once_per_process_and_again_after_retraining(classifier, tmp_path):
     import shutil

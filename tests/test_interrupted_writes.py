@@ -43,10 +43,17 @@ def test_prepare_killed_while_writing_keeps_the_previous_dataset(spark, tmp_path
     conf = tmp_path / "conf.yaml"
     conf.write_text("data:\n  mode: overwrite\n")
     bigger = [*settings, "data.synthetic.rows=60000"]
-    killed = subprocess.Popen([SPARKML_PAR, "prepare", str(conf), *bigger], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, start_new_session=True)
-    _wait_for(lambda: any(p.suffix == ".parquet" for p in tmp_path.glob("dataset.tmp-*/train/part-*")), killed,
-              "a file written in the staging directory")
+    killed = subprocess.Popen(
+        [SPARKML_PAR, "prepare", str(conf), *bigger],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    _wait_for(
+        lambda: any(p.suffix == ".parquet" for p in tmp_path.glob("dataset.tmp-*/train/part-*")),
+        killed,
+        "a file written in the staging directory",
+    )
     os.killpg(killed.pid, signal.SIGKILL)
     killed.wait()
 
@@ -74,8 +81,11 @@ def test_checkpoint_write_killed_mid_file_leaves_the_previous_checkpoint(tmp_pat
 
     subprocess.run([sys.executable, "-c", CHECKPOINT_WRITER, str(tmp_path), "1", "10"], check=True)
     writer = subprocess.Popen([sys.executable, "-c", CHECKPOINT_WRITER, str(tmp_path), "2", str(100_000_000)])
-    _wait_for(lambda: any(p.stat().st_size > 0 for p in tmp_path.glob(".checkpoint-00002.*.tmp")), writer,
-              "a partial checkpoint file")
+    _wait_for(
+        lambda: any(p.stat().st_size > 0 for p in tmp_path.glob(".checkpoint-00002.*.tmp")),
+        writer,
+        "a partial checkpoint file",
+    )
     writer.send_signal(signal.SIGKILL)
     writer.wait()
     assert [p.name for p in tmp_path.glob("checkpoint-*.pt")] == ["checkpoint-00001.pt"]
@@ -86,15 +96,30 @@ def test_checkpoint_write_killed_mid_file_leaves_the_previous_checkpoint(tmp_pat
 
 def test_a_shard_that_cannot_be_read_fails_training_within_seconds(spark, tmp_path):
     """The loader's worker hits a truncated file: the rank's error reaches the driver, nothing waits."""
-    cfg = load_config(None, ["data.source=synthetic", "data.synthetic.rows=1200", "data.synthetic.features=8",
-                             "data.max_shards=2", f"data.output={tmp_path}/dataset", f"train.output={tmp_path}/model",
-                             "train.model=mlp", "train.epochs=2", "train.num_proc=2", "train.step_timeout=120"])
+    cfg = load_config(
+        None,
+        [
+            "data.source=synthetic",
+            "data.synthetic.rows=1200",
+            "data.synthetic.features=8",
+            "data.max_shards=2",
+            f"data.output={tmp_path}/dataset",
+            f"train.output={tmp_path}/model",
+            "train.model=mlp",
+            "train.epochs=2",
+            "train.num_proc=2",
+            "train.step_timeout=120",
+        ],
+    )
     manifest = prepare(spark, cfg.data).manifest
     broken = tmp_path / "dataset" / "train" / sorted(manifest["splits"]["train"]["files"])[-1]
     broken.write_bytes(broken.read_bytes()[:200])
     started = time.monotonic()
-    with pytest.raises(LaunchError, match=r"training failed in epoch 1 of 2; no checkpoint was written .*\n"
-                                          r"rank 1 on host \S+ failed: ") as failure:
+    with pytest.raises(
+        LaunchError,
+        match=r"training failed in epoch 1 of 2; no checkpoint was written .*\n"
+        r"rank 1 on host \S+ failed: ",
+    ) as failure:
         train(spark, cfg)
     assert time.monotonic() - started < 60
     assert "Parquet" in str(failure.value) or "parquet" in str(failure.value)

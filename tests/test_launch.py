@@ -29,10 +29,23 @@ def collectives():
     rank, size = hvd.rank(), hvd.size()
     mine = torch.arange(4, dtype=torch.float64) + 10 * rank
     return {
-        "rank": rank, "size": size, "local_rank": hvd.local_rank(), "local_size": hvd.local_size(),
-        "cross_rank": hvd.cross_rank(), "cross_size": hvd.cross_size(),
-        "planned": [int(os.environ[k]) for k in ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK",
-                                                  "HOROVOD_LOCAL_SIZE", "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE")],
+        "rank": rank,
+        "size": size,
+        "local_rank": hvd.local_rank(),
+        "local_size": hvd.local_size(),
+        "cross_rank": hvd.cross_rank(),
+        "cross_size": hvd.cross_size(),
+        "planned": [
+            int(os.environ[k])
+            for k in (
+                "HOROVOD_RANK",
+                "HOROVOD_SIZE",
+                "HOROVOD_LOCAL_RANK",
+                "HOROVOD_LOCAL_SIZE",
+                "HOROVOD_CROSS_RANK",
+                "HOROVOD_CROSS_SIZE",
+            )
+        ],
         "sum": hvd.allreduce(mine, op=hvd.Sum).tolist(),
         "average": hvd.allreduce(mine, op=hvd.Average).tolist(),
         "allgather": hvd.allgather(torch.full((rank + 1,), float(rank))).tolist(),
@@ -48,6 +61,7 @@ def fail_on_rank_one(calls: str):
         raise ValueError("boom from rank 1")
     # Rank 0 waits in a collective rank 1 never joins: the launcher must stop it.
     import torch
+
     hvd.allreduce(torch.ones(1))
     return "unreachable"
 
@@ -95,8 +109,9 @@ def die_on_rank_one_in_step_three():
 def _check_collectives(results):
     assert [r["rank"] for r in results] == [0, 1]
     for r in results:
-        assert [r["rank"], r["size"], r["local_rank"], r["local_size"], r["cross_rank"], r["cross_size"]] \
-            == r["planned"]
+        assert [r["rank"], r["size"], r["local_rank"], r["local_size"], r["cross_rank"], r["cross_size"]] == r[
+            "planned"
+        ]
         assert r["sum"] == [10.0, 12.0, 14.0, 16.0]
         assert r["average"] == [5.0, 6.0, 7.0, 8.0]
         assert r["allgather"] == [0.0, 1.0, 1.0]
@@ -112,8 +127,9 @@ def test_rank_plan_groups_ranks_by_host_like_horovod():
     assert [s.host for s in plan] == hosts
     theirs = get_host_assignments([HostInfo("b", 3), HostInfo("a", 2)], 5)
     ours = sorted(plan, key=lambda s: s.rank)
-    assert [(s.host, s.rank, s.local_rank, s.local_size, s.cross_rank, s.cross_size) for s in ours] == \
-        [(t.hostname, t.rank, t.local_rank, t.local_size, t.cross_rank, t.cross_size) for t in theirs]
+    assert [(s.host, s.rank, s.local_rank, s.local_size, s.cross_rank, s.cross_size) for s in ours] == [
+        (t.hostname, t.rank, t.local_rank, t.local_size, t.cross_rank, t.cross_size) for t in theirs
+    ]
 
 
 def test_two_ranks_on_local_barrier_stage(spark):
@@ -141,22 +157,31 @@ def test_rank_failure_names_rank_and_traceback_without_hanging(spark, tmp_path):
 
 def test_too_many_ranks_fails_at_once_with_slot_arithmetic(spark):
     started = time.monotonic()
-    with pytest.raises(SparkmlParError, match=r"num_proc=3 but the cluster has 2 task slots "
-                                              r"\(local\[2\]: 2 cores / spark.task.cpus=1\); lower num_proc to 2"):
+    with pytest.raises(
+        SparkmlParError,
+        match=r"num_proc=3 but the cluster has 2 task slots "
+        r"\(local\[2\]: 2 cores / spark.task.cpus=1\); lower num_proc to 2",
+    ):
         launch.Launcher(num_proc=3).run(collectives)
     assert time.monotonic() - started < 5
 
 
 def test_rendezvous_timeout_names_the_missing_rank(spark):
-    with pytest.raises(launch.LaunchError, match=r"ranks \[1\] of 2 did not reach the Horovod rendezvous "
-                                                 r"within 6 s; ranks \[0\] were waiting for them"):
+    with pytest.raises(
+        launch.LaunchError,
+        match=r"ranks \[1\] of 2 did not reach the Horovod rendezvous "
+        r"within 6 s; ranks \[0\] were waiting for them",
+    ):
         launch.Launcher(num_proc=2, rendezvous_timeout=6, env={STALL_BEFORE_RENDEZVOUS: "1"}).run(collectives)
 
 
 def test_a_killed_rank_is_named_not_the_peer_that_lost_it(spark):
-    with pytest.raises(launch.LaunchError, match=r"^rank 1 on host 127.0.0.1 died without raising an error \(its "
-                                                 r"process exited: killed, out of memory, or a crash in native "
-                                                 r"code\) after its last progress record \{'epoch': 3\}") as info:
+    with pytest.raises(
+        launch.LaunchError,
+        match=r"^rank 1 on host 127.0.0.1 died without raising an error \(its "
+        r"process exited: killed, out of memory, or a crash in native "
+        r"code\) after its last progress record \{'epoch': 3\}",
+    ) as info:
         launch.Launcher(num_proc=2).run(die_on_rank_one_in_step_three)
     assert info.value.rank == 1
     _check_collectives(launch.Launcher(num_proc=2).run(collectives))
@@ -185,8 +210,11 @@ def test_spark_reruns_the_stage_when_a_rank_process_dies(spark, tmp_path, caplog
 
 def test_a_stalled_rank_is_named_instead_of_hanging(spark):
     started = time.monotonic()
-    with pytest.raises(launch.LaunchError, match=r"ranks \[1\] made no progress for 4 s \(no step, log or "
-                                                 r"heartbeat\); the stage was cancelled") as info:
+    with pytest.raises(
+        launch.LaunchError,
+        match=r"ranks \[1\] made no progress for 4 s \(no step, log or "
+        r"heartbeat\); the stage was cancelled",
+    ) as info:
         launch.Launcher(num_proc=2, progress_timeout=4).run(stall_on_rank_one)
     assert info.value.rank == 1
     assert time.monotonic() - started < 40
@@ -201,8 +229,7 @@ def test_rank_output_and_progress_reach_the_driver(spark, caplog):
     assert ranks == [0, 1]
     lines = {r.getMessage() for r in caplog.records if r.name == "sparkml_par.rank"}
     assert {"[rank 0] line from rank 0", "[rank 1] line from rank 1"} <= lines
-    assert sorted(records, key=lambda r: r[0]) == [(0, {"epoch": 1, "rank_seen": 0}),
-                                                   (1, {"epoch": 1, "rank_seen": 1})]
+    assert sorted(records, key=lambda r: r[0]) == [(0, {"epoch": 1, "rank_seen": 0}), (1, {"epoch": 1, "rank_seen": 1})]
 
 
 def echo_arguments(name, timeout=None, env=None, num_proc=None):
@@ -215,8 +242,9 @@ def echo_arguments(name, timeout=None, env=None, num_proc=None):
 def test_the_functions_own_arguments_reach_it_untouched(spark):
     launcher = launch.Launcher(num_proc=2, timeout=300, env={"HOROVOD_CYCLE_TIME": "1"})
     results = launcher.run(echo_arguments, "job", timeout=5, env={"region": "eu"}, num_proc=7)
-    assert results == [{"rank": rank, "name": "job", "timeout": 5, "env": {"region": "eu"}, "num_proc": 7}
-                       for rank in (0, 1)]
+    assert results == [
+        {"rank": rank, "name": "job", "timeout": 5, "env": {"region": "eu"}, "num_proc": 7} for rank in (0, 1)
+    ]
 
 
 def test_invalid_arguments_are_refused(spark):
@@ -227,8 +255,13 @@ def test_invalid_arguments_are_refused(spark):
 
 
 def _scenario(name: str) -> object:
-    done = subprocess.run([sys.executable, str(SCENARIOS), name], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    done = subprocess.run(
+        [sys.executable, str(SCENARIOS), name],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -255,8 +288,9 @@ def test_each_rank_sees_exactly_its_fake_gpu():
 @pytest.mark.slow
 def test_dynamic_allocation_is_refused_with_the_setting_named():
     outcome = _scenario("dynamic_allocation")
-    assert outcome["error"].startswith("Spark refuses barrier stages while dynamic allocation is on "
-                                       "(spark.dynamicAllocation.enabled=true)")
+    assert outcome["error"].startswith(
+        "Spark refuses barrier stages while dynamic allocation is on (spark.dynamicAllocation.enabled=true)"
+    )
 
 
 def abort_natively_on_rank_one(marker: str):
@@ -266,8 +300,11 @@ def abort_natively_on_rank_one(marker: str):
 
     Path(marker + f".attempt-rank{hvd.rank()}-{os.getpid()}-{time.monotonic_ns()}").touch()
     if hvd.rank() == 1:
-        os.write(2, b"terminate called after throwing an instance of 'gloo::IoException'\n"
-                    b"  what():  [fake/tcp/pair.cc:210] connect [127.0.0.1]:4242: Connection refused\n")
+        os.write(
+            2,
+            b"terminate called after throwing an instance of 'gloo::IoException'\n"
+            b"  what():  [fake/tcp/pair.cc:210] connect [127.0.0.1]:4242: Connection refused\n",
+        )
         os.abort()
     return hvd.allreduce(torch.ones(2), op=hvd.Sum).tolist()
 
@@ -277,24 +314,37 @@ def test_a_native_abort_shows_its_stderr_and_is_not_retried_once_it_repeats(spar
         launch.Launcher(num_proc=2).run(abort_natively_on_rank_one, str(tmp_path / "run"))
     message = str(info.value)
     assert message.startswith("rank 1 on host 127.0.0.1 died without raising an error")
-    assert ("in attempt 2 of 4 with the same error as in attempt 1 (what():  [fake/tcp/pair.cc:210] connect "
-            "[127.0.0.1]:4242: Connection refused), so the stage is not run again") in message
+    assert (
+        "in attempt 2 of 4 with the same error as in attempt 1 (what():  [fake/tcp/pair.cc:210] connect "
+        "[127.0.0.1]:4242: Connection refused), so the stage is not run again"
+    ) in message
     assert message.splitlines()[-3:] == [
-        "--- last lines of rank 1's stderr ---", "terminate called after throwing an instance of 'gloo::IoException'",
-        "  what():  [fake/tcp/pair.cc:210] connect [127.0.0.1]:4242: Connection refused"]
+        "--- last lines of rank 1's stderr ---",
+        "terminate called after throwing an instance of 'gloo::IoException'",
+        "  what():  [fake/tcp/pair.cc:210] connect [127.0.0.1]:4242: Connection refused",
+    ]
     assert len(list(tmp_path.glob("run.attempt-rank1-*"))) == 2  # attempts 1 and 2, not all 4
 
 
-@pytest.mark.parametrize("tails,previous,repeated", [
-    ({1: ["Fatal Python error: Aborted", "what():  connect refused"]}, {1: ["x", "what():  connect refused"]},
-     "what():  connect refused"),
-    ({1: ["what():  connect refused"]}, {1: ["what():  timed out"]}, None),   # another error: retry
-    ({1: ["epoch 3 done"]}, {1: ["epoch 3 done"]}, None),                      # no error line: retry
-    ({}, {1: ["what():  connect refused"]}, None),                            # nothing seen this time
-    # another port, and the other rank died first: the same error all the same
-    ({0: ["what():  connect [127.0.0.1]:12712: refused"]}, {1: ["what():  connect [127.0.0.1]:40961: refused"]},
-     "what():  connect [127.0.0.1]:12712: refused"),
-])
+@pytest.mark.parametrize(
+    "tails,previous,repeated",
+    [
+        (
+            {1: ["Fatal Python error: Aborted", "what():  connect refused"]},
+            {1: ["x", "what():  connect refused"]},
+            "what():  connect refused",
+        ),
+        ({1: ["what():  connect refused"]}, {1: ["what():  timed out"]}, None),  # another error: retry
+        ({1: ["epoch 3 done"]}, {1: ["epoch 3 done"]}, None),  # no error line: retry
+        ({}, {1: ["what():  connect refused"]}, None),  # nothing seen this time
+        # another port, and the other rank died first: the same error all the same
+        (
+            {0: ["what():  connect [127.0.0.1]:12712: refused"]},
+            {1: ["what():  connect [127.0.0.1]:40961: refused"]},
+            "what():  connect [127.0.0.1]:12712: refused",
+        ),
+    ],
+)
 def test_a_native_error_repeats_only_when_the_same_error_line_returns(tails, previous, repeated):
     from sparkml_par.launch.channel import RankStatus
     from sparkml_par.launch.supervisor import _repeated_native_error

@@ -33,8 +33,9 @@ def test_regression_with_several_outputs_averages_over_outputs_per_sample():
     sums = regression_sums(torch.tensor([[1.0, 3.0], [0.0, 0.0]]), torch.tensor([[0.0, 0.0], [0.0, 2.0]]))
     # Sample errors: (1, 3) -> mse 5, mae 2; (0, -2) -> mse 2, mae 1.
     assert sums.tolist() == pytest.approx([7.0, 7.0, 3.0, 2.0])
-    assert finalize(sums)["mse"] == pytest.approx(F.mse_loss(torch.tensor([[1.0, 3.0], [0.0, 0.0]]),
-                                                             torch.tensor([[0.0, 0.0], [0.0, 2.0]])).item())
+    assert finalize(sums)["mse"] == pytest.approx(
+        F.mse_loss(torch.tensor([[1.0, 3.0], [0.0, 0.0]]), torch.tensor([[0.0, 0.0], [0.0, 2.0]])).item()
+    )
 
 
 def test_summed_shards_of_different_sizes_equal_the_whole_dataset():

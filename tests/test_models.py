@@ -35,10 +35,21 @@ def test_registered_names():
 
 
 def test_mlp_layers_follow_args():
-    model = build_model("mlp", {"hidden": [32, 16], "dropout": 0.5, "batchnorm": True},
-                        input_shape=(2, 5), num_outputs=3)
+    model = build_model(
+        "mlp", {"hidden": [32, 16], "dropout": 0.5, "batchnorm": True}, input_shape=(2, 5), num_outputs=3
+    )
     assert [type(m).__name__ for m in model] == [
-        "Flatten", "Linear", "BatchNorm1d", "ReLU", "Dropout", "Linear", "BatchNorm1d", "ReLU", "Dropout", "Linear"]
+        "Flatten",
+        "Linear",
+        "BatchNorm1d",
+        "ReLU",
+        "Dropout",
+        "Linear",
+        "BatchNorm1d",
+        "ReLU",
+        "Dropout",
+        "Linear",
+    ]
     assert [(m.in_features, m.out_features) for m in model if isinstance(m, nn.Linear)] == [(10, 32), (32, 16), (16, 3)]
 
 
@@ -83,8 +94,12 @@ def test_transformer_learns_a_sequence_task():
     torch.manual_seed(0)
     x = torch.randn(512, 8, 2)
     y = (x[:, :, 0].mean(dim=1) > 0).long()  # needs every position, not one token
-    model = build_model("transformer", {"d_model": 16, "nhead": 2, "layers": 1, "dim_feedforward": 32,
-                                        "dropout": 0.0}, input_shape=(8, 2), num_outputs=2)
+    model = build_model(
+        "transformer",
+        {"d_model": 16, "nhead": 2, "layers": 1, "dim_feedforward": 32, "dropout": 0.0},
+        input_shape=(8, 2),
+        num_outputs=2,
+    )
     encoder_layers = [m for m in model if isinstance(m, nn.TransformerEncoderLayer)]
     assert len(encoder_layers) == 1 and encoder_layers[0].self_attn.num_heads == 2
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
@@ -107,25 +122,43 @@ def test_transformer_single_feature_sequence_and_regression_head():
 def test_unknown_model_suggests_close_name():
     with pytest.raises(ConfigError) as err:
         build_model("mpl", {}, input_shape=(4,), num_outputs=2)
-    assert str(err.value) == ("train.model: unknown model 'mpl'; did you mean 'mlp'? registered models are "
-                              "cnn, mlp, transformer, or give an import path 'pkg.module:function'")
+    assert str(err.value) == (
+        "train.model: unknown model 'mpl'; did you mean 'mlp'? registered models are "
+        "cnn, mlp, transformer, or give an import path 'pkg.module:function'"
+    )
 
 
 def test_wrong_model_args_name_the_valid_parameters():
-    with pytest.raises(ConfigError, match=r"train.model_args \{'hiden': \[8\]\} do not fit model 'mlp'.*"
-                                          r"its parameters are hidden, dropout, batchnorm"):
+    with pytest.raises(
+        ConfigError,
+        match=r"train.model_args \{'hiden': \[8\]\} do not fit model 'mlp'.*"
+        r"its parameters are hidden, dropout, batchnorm",
+    ):
         build_model("mlp", {"hiden": [8]}, input_shape=(4,), num_outputs=2)
 
 
-@pytest.mark.parametrize("name,args,shape,message", [
-    ("cnn", {}, (64,), "model 'cnn' needs input_shape [channels, height, width] (images), got [64] from the "
-                       "dataset's feature_shape; set train.model=mlp (any input) or train.model=transformer"),
-    ("transformer", {}, (2, 3, 4, 5), "model 'transformer' needs input_shape [seq_len, d_in], [seq_len] or an "
-                                      "image's [channels, height, width], got [2, 3, 4, 5]"),
-    ("cnn", {"kernel_size": 4}, (1, 8, 8), "kernel_size: 4 must be odd"),
-    ("transformer", {"d_model": 10, "nhead": 4}, (8, 2), "d_model=10 must be a positive multiple of nhead=4"),
-    ("mlp", {"dropout": 1.0}, (4,), "dropout: 1.0 must be in [0, 1)"),
-])
+@pytest.mark.parametrize(
+    "name,args,shape,message",
+    [
+        (
+            "cnn",
+            {},
+            (64,),
+            "model 'cnn' needs input_shape [channels, height, width] (images), got [64] from the "
+            "dataset's feature_shape; set train.model=mlp (any input) or train.model=transformer",
+        ),
+        (
+            "transformer",
+            {},
+            (2, 3, 4, 5),
+            "model 'transformer' needs input_shape [seq_len, d_in], [seq_len] or an "
+            "image's [channels, height, width], got [2, 3, 4, 5]",
+        ),
+        ("cnn", {"kernel_size": 4}, (1, 8, 8), "kernel_size: 4 must be odd"),
+        ("transformer", {"d_model": 10, "nhead": 4}, (8, 2), "d_model=10 must be a positive multiple of nhead=4"),
+        ("mlp", {"dropout": 1.0}, (4,), "dropout: 1.0 must be in [0, 1)"),
+    ],
+)
 def test_invalid_model_args(name, args, shape, message):
     with pytest.raises(ConfigError) as err:
         build_model(name, args, input_shape=shape, num_outputs=2)
@@ -134,8 +167,7 @@ def test_invalid_model_args(name, args, shape, message):
 
 def test_transformer_reads_an_image_row_by_row():
     torch.manual_seed(0)
-    model = build_model("transformer", {"d_model": 8, "nhead": 2, "layers": 1}, input_shape=(3, 4, 5),
-                        num_outputs=2)
+    model = build_model("transformer", {"d_model": 8, "nhead": 2, "layers": 1}, input_shape=(3, 4, 5), num_outputs=2)
     images = torch.randn(6, 3, 4, 5)
     rows = model[0](images.reshape(6, -1))
     assert rows.shape == (6, 4, 15)
@@ -146,8 +178,11 @@ def test_transformer_reads_an_image_row_by_row():
 
 def test_input_of_the_wrong_size_names_both_shapes():
     model = build_model("cnn", {}, input_shape=(1, 8, 8), num_outputs=10)
-    with pytest.raises(SparkmlParError, match=r"shape \(63,\) per sample does not fit the declared input_shape "
-                                              r"\[1, 8, 8\]"):
+    with pytest.raises(
+        SparkmlParError,
+        match=r"shape \(63,\) per sample does not fit the declared input_shape "
+        r"\[1, 8, 8\]",
+    ):
         model(torch.randn(2, 63))
 
 
@@ -156,23 +191,32 @@ def test_import_path_builder(tmp_path, monkeypatch):
         "import torch.nn as nn\n"
         "def build(input_shape, num_outputs, width=4):\n"
         "    return nn.Sequential(nn.Flatten(), nn.Linear(input_shape[0], width), nn.Linear(width, num_outputs))\n"
-        "NOT_A_FUNCTION = 3\n")
+        "NOT_A_FUNCTION = 3\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     model = build_model("custom_models:build", {"width": 7}, input_shape=(5,), num_outputs=2)
     assert model[1].out_features == 7 and model[2].out_features == 2
-    with pytest.raises(ConfigError, match=r"'custom_models:missing': AttributeError: module 'custom_models' has "
-                                          r"no attribute 'missing'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"'custom_models:missing': AttributeError: module 'custom_models' has "
+        r"no attribute 'missing'",
+    ):
         build_model("custom_models:missing", {}, input_shape=(5,), num_outputs=2)
     with pytest.raises(ConfigError, match=r"'custom_models:NOT_A_FUNCTION' is a int, not a function"):
         build_model("custom_models:NOT_A_FUNCTION", {}, input_shape=(5,), num_outputs=2)
 
 
-@pytest.mark.parametrize("path,message", [
-    ("no_such_pkg.models:build", "cannot load 'no_such_pkg.models:build': ModuleNotFoundError: "
-                                 "No module named 'no_such_pkg'"),
-    ("pkg.module:", "import path 'pkg.module:' must look like 'pkg.module:function'"),
-    ("a:b:c", "import path 'a:b:c' must look like 'pkg.module:function'"),
-])
+@pytest.mark.parametrize(
+    "path,message",
+    [
+        (
+            "no_such_pkg.models:build",
+            "cannot load 'no_such_pkg.models:build': ModuleNotFoundError: No module named 'no_such_pkg'",
+        ),
+        ("pkg.module:", "import path 'pkg.module:' must look like 'pkg.module:function'"),
+        ("a:b:c", "import path 'a:b:c' must look like 'pkg.module:function'"),
+    ],
+)
 def test_bad_import_paths(path, message):
     with pytest.raises(ConfigError) as err:
         build_model(path, {}, input_shape=(4,), num_outputs=2)
@@ -204,8 +248,12 @@ def test_builder_must_return_a_module(monkeypatch):
 def test_spec_rebuilds_the_same_model():
     torch.manual_seed(0)
     spec = model_spec("cnn", {"channels": (8, 16), "hidden": 32}, (1, 8, 8), 10)
-    assert spec == {"name": "cnn", "args": {"channels": [8, 16], "hidden": 32}, "input_shape": [1, 8, 8],
-                    "num_outputs": 10}
+    assert spec == {
+        "name": "cnn",
+        "args": {"channels": [8, 16], "hidden": 32},
+        "input_shape": [1, 8, 8],
+        "num_outputs": 10,
+    }
     original = build_from_spec(spec).eval()
     rebuilt = build_from_spec(json.loads(json.dumps(spec))).eval()
     rebuilt.load_state_dict(original.state_dict())

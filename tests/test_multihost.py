@@ -17,14 +17,22 @@ import pytest
 import torch
 from simulated_cluster import SimulatedCluster, unavailable_reason
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(unavailable_reason() is not None,
-                                                   reason=str(unavailable_reason()))]
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason()))]
 
 ROOT = Path(__file__).parents[1]
 CLI = str(Path(sys.executable).with_name("sparkml-par"))
-TINY = ["data.source=synthetic", "data.synthetic.rows=600", "data.synthetic.features=8", "data.synthetic.classes=3",
-        "data.max_shards=2", "train.model=mlp", "train.model_args={hidden: [16]}", "train.epochs=3",
-        "train.batch_size=32", "train.num_proc=2"]
+TINY = [
+    "data.source=synthetic",
+    "data.synthetic.rows=600",
+    "data.synthetic.features=8",
+    "data.synthetic.classes=3",
+    "data.max_shards=2",
+    "train.model=mlp",
+    "train.model_args={hidden: [16]}",
+    "train.epochs=3",
+    "train.batch_size=32",
+    "train.num_proc=2",
+]
 
 
 @pytest.fixture(scope="module")
@@ -37,13 +45,19 @@ def cluster(tmp_path_factory):
 
 
 def _sparkml_par(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [CLI, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT, env={**os.environ, **(env or {})}
+    )
 
 
 def _outputs(root: Path) -> list[str]:
-    return [f"output.run_dir={root}", f"data.output={root}/dataset", f"train.output={root}/model",
-            f"score.output={root}/predictions", f"tune.output={root}/tune"]
+    return [
+        f"output.run_dir={root}",
+        f"data.output={root}/dataset",
+        f"train.output={root}/model",
+        f"score.output={root}/predictions",
+        f"tune.output={root}/tune",
+    ]
 
 
 def _weights(root: Path) -> dict[str, torch.Tensor]:
@@ -60,8 +74,9 @@ def test_smoke_ranks_on_two_hosts(cluster):
 def spread(cluster, tmp_path_factory):
     """`sparkml-par run` of the quickstart config on small synthetic data, ranks on both hosts."""
     root = tmp_path_factory.mktemp("spread")
-    done = _sparkml_par("run", str(ROOT / "conf" / "quickstart.yaml"), *TINY, *_outputs(root),
-                        *cluster.driver_settings())
+    done = _sparkml_par(
+        "run", str(ROOT / "conf" / "quickstart.yaml"), *TINY, *_outputs(root), *cluster.driver_settings()
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return root, done
 
@@ -80,9 +95,14 @@ def test_run_across_two_hosts_equals_the_local_run(spread, tmp_path):
 
 def test_a_rank_killed_on_one_host_is_rerun_and_resumes(cluster, spread, tmp_path):
     plain, _ = spread
-    killed = _sparkml_par("run", str(ROOT / "conf" / "quickstart.yaml"), *TINY, *_outputs(tmp_path / "killed"),
-                          *cluster.driver_settings(),
-                          env={"SPARKML_PAR_FAULT_KILL_AT_STEP": f"1:2:3:{tmp_path / 'killed-once'}"})
+    killed = _sparkml_par(
+        "run",
+        str(ROOT / "conf" / "quickstart.yaml"),
+        *TINY,
+        *_outputs(tmp_path / "killed"),
+        *cluster.driver_settings(),
+        env={"SPARKML_PAR_FAULT_KILL_AT_STEP": f"1:2:3:{tmp_path / 'killed-once'}"},
+    )
     assert killed.returncode == 0, killed.stderr[-3000:]
     assert "Spark reruns the stage" in killed.stderr and (tmp_path / "killed-once").exists()
     epochs = [json.loads(line)["epoch"] for line in (tmp_path / "killed" / "model" / "metrics.jsonl").open()]
@@ -94,8 +114,15 @@ def test_a_rank_killed_on_one_host_is_rerun_and_resumes(cluster, spread, tmp_pat
 def test_a_host_lost_mid_training_names_it_and_a_rerun_resumes(cluster, tmp_path):
     """Host 2's worker (and its executor) is killed once epoch 1 is checkpointed: the error names the host,
     the epoch and the newest checkpoint; with the host back, the same command resumes from it."""
-    command = ["train", str(ROOT / "conf" / "quickstart.yaml"), *TINY, "data.synthetic.rows=4000", "train.epochs=12",
-               *_outputs(tmp_path), *cluster.driver_settings()]
+    command = [
+        "train",
+        str(ROOT / "conf" / "quickstart.yaml"),
+        *TINY,
+        "data.synthetic.rows=4000",
+        "train.epochs=12",
+        *_outputs(tmp_path),
+        *cluster.driver_settings(),
+    ]
     prepared = _sparkml_par("prepare", *command[1:])
     assert prepared.returncode == 0, prepared.stderr[-3000:]
     metrics = tmp_path / "model" / "metrics.jsonl"
@@ -127,11 +154,14 @@ def test_a_host_lost_mid_training_names_it_and_a_rerun_resumes(cluster, tmp_path
 def test_horovod_re_init_and_process_sets_inside_a_rank(cluster, tmp_path):
     script = tmp_path / "reinit.py"
     script.write_text(REINIT_SCRIPT)
-    done = subprocess.run([sys.executable, str(script), *cluster.driver_settings()], capture_output=True, text=True,
-                          timeout=300, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, str(script), *cluster.driver_settings()], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == [
-        {"rank": 0, "after_reinit": 3.0, "process_set": 1.0}, {"rank": 1, "after_reinit": 3.0, "process_set": None}]
+        {"rank": 0, "after_reinit": 3.0, "process_set": 1.0},
+        {"rank": 1, "after_reinit": 3.0, "process_set": None},
+    ]
 
 
 def test_a_lost_worker_fails_the_slot_check_with_its_arithmetic(cluster, tmp_path):
@@ -139,18 +169,21 @@ def test_a_lost_worker_fails_the_slot_check_with_its_arithmetic(cluster, tmp_pat
     cluster.stop_worker(lost)
     try:
         started = time.monotonic()
-        done = _sparkml_par("smoke", str(ROOT / "conf" / "quickstart.yaml"), *cluster.driver_settings(),
-                            "train.num_proc=2", timeout=300)
+        done = _sparkml_par(
+            "smoke", str(ROOT / "conf" / "quickstart.yaml"), *cluster.driver_settings(), "train.num_proc=2", timeout=300
+        )
         assert done.returncode == 2, done.stderr[-3000:]
-        assert "error: num_proc=2 but the cluster has 1 task slots (1 executors × spark.executor.cores=1 / " \
-               "spark.task.cpus=1)" in done.stderr
+        assert (
+            "error: num_proc=2 but the cluster has 1 task slots (1 executors × spark.executor.cores=1 / "
+            "spark.task.cpus=1)" in done.stderr
+        )
         assert time.monotonic() - started < 180
     finally:
         cluster.start_worker(lost)
         cluster.wait_for_workers(2)
 
 
-REINIT_SCRIPT = '''
+REINIT_SCRIPT = """
 import json, sys
 from sparkml_par import launch
 from sparkml_par.config import load_config
@@ -176,4 +209,4 @@ with spark_session(cfg.spark) as spark:
     # Horovod's own switch for process sets made after hvd.init(), as its test suite sets it.
     print(json.dumps(launch.Launcher(num_proc=2, spark=spark, timeout=240,
                                      env={"HOROVOD_DYNAMIC_PROCESS_SETS": "1"}).run(reinit)))
-'''
+"""

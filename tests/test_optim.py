@@ -109,8 +109,9 @@ def test_constant_without_scheduler():
 
 
 def test_plateau_decays_after_patience_in_min_mode():
-    cfg = TrainConfig(lr=1.0, scheduler="plateau", gamma=0.5, plateau_patience=10,
-                      early_stopping=EarlyStoppingConfig(mode="min"))
+    cfg = TrainConfig(
+        lr=1.0, scheduler="plateau", gamma=0.5, plateau_patience=10, early_stopping=EarlyStoppingConfig(mode="min")
+    )
     # With plateau_patience 10, the 11th epoch without improvement decays the learning rate.
     metrics = [1.0, 0.9] + [0.95] * 12
     lrs = _lrs_per_epoch(cfg, len(metrics), metrics)  # lrs[k] is the learning rate after epoch k
@@ -126,8 +127,9 @@ def test_plateau_follows_early_stopping_mode_and_min_delta():
 
 
 def test_plateau_patience_comes_from_the_config():
-    cfg = TrainConfig(lr=1.0, scheduler="plateau", gamma=0.5, plateau_patience=2,
-                      early_stopping=EarlyStoppingConfig(mode="min"))
+    cfg = TrainConfig(
+        lr=1.0, scheduler="plateau", gamma=0.5, plateau_patience=2, early_stopping=EarlyStoppingConfig(mode="min")
+    )
     lrs = _lrs_per_epoch(cfg, 6, [1.0, 0.9, 0.95, 0.95, 0.95, 0.95])
     assert lrs == [1.0, 1.0, 1.0, 1.0, 1.0, 0.5, 0.5]  # the rate before any epoch, then after each
 
@@ -194,6 +196,7 @@ def test_loading_a_schedule_saved_under_other_settings_is_refused():
     saved = build_scheduler(build_optimizer(_params(), cfg, 0.2), cfg, steps_per_epoch=2).state_dict()
     plain = TrainConfig(lr=0.1, scheduler="step")
     schedule = build_scheduler(build_optimizer(_params(), plain, 0.2), plain, steps_per_epoch=2)
-    with pytest.raises(SparkmlParError, match="saved learning-rate schedule has a warmup part but this run's "
-                                              "config has none"):
+    with pytest.raises(
+        SparkmlParError, match="saved learning-rate schedule has a warmup part but this run's config has none"
+    ):
         schedule.load_state_dict(saved)

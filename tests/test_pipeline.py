@@ -9,8 +9,17 @@ import pytest
 from sparkml_par.config import load_config
 from sparkml_par.pipeline import run_pipeline
 
-TINY = ["data.source=synthetic", "data.synthetic.rows=400", "data.synthetic.features=8", "data.synthetic.classes=3",
-        "data.max_shards=2", "train.model=mlp", "train.epochs=2", "train.batch_size=32", "train.num_proc=2"]
+TINY = [
+    "data.source=synthetic",
+    "data.synthetic.rows=400",
+    "data.synthetic.features=8",
+    "data.synthetic.classes=3",
+    "data.max_shards=2",
+    "train.model=mlp",
+    "train.epochs=2",
+    "train.batch_size=32",
+    "train.num_proc=2",
+]
 
 
 @pytest.fixture(scope="module")
@@ -19,9 +28,18 @@ def run_dir(tmp_path_factory):
 
 
 def _config(run_dir, *overrides):
-    return load_config(None, [*TINY, f"output.run_dir={run_dir}", f"data.output={run_dir}/dataset",
-                              f"train.output={run_dir}/model", f"score.output={run_dir}/predictions",
-                              f"tune.output={run_dir}/tune", *overrides])
+    return load_config(
+        None,
+        [
+            *TINY,
+            f"output.run_dir={run_dir}",
+            f"data.output={run_dir}/dataset",
+            f"train.output={run_dir}/model",
+            f"score.output={run_dir}/predictions",
+            f"tune.output={run_dir}/tune",
+            *overrides,
+        ],
+    )
 
 
 def test_first_run_runs_every_stage_and_fills_the_run_directory(spark, run_dir):

@@ -22,15 +22,30 @@ from sparkml_par.config import load_config
 from sparkml_par.pipeline import run_pipeline
 
 # Six epochs so that a kill after the first checkpoint lands in the middle of training.
-SETTINGS = ["spark.master=local[2]", "data.source=synthetic", "data.synthetic.rows=600", "data.synthetic.features=8",
-            "data.synthetic.classes=3", "data.max_shards=2", "train.model=mlp", "train.epochs=6",
-            "train.batch_size=32", "train.num_proc=2", "train.optimizer=sgd", "train.lr=0.05"]
+SETTINGS = [
+    "spark.master=local[2]",
+    "data.source=synthetic",
+    "data.synthetic.rows=600",
+    "data.synthetic.features=8",
+    "data.synthetic.classes=3",
+    "data.max_shards=2",
+    "train.model=mlp",
+    "train.epochs=6",
+    "train.batch_size=32",
+    "train.num_proc=2",
+    "train.optimizer=sgd",
+    "train.lr=0.05",
+]
 CLI = [str(Path(sys.executable).parent / "sparkml-par"), "run"]
 
 
 def _outputs(run_dir: Path) -> list[str]:
-    return [f"output.run_dir={run_dir}", f"data.output={run_dir}/dataset", f"train.output={run_dir}/model",
-            f"score.output={run_dir}/predictions"]
+    return [
+        f"output.run_dir={run_dir}",
+        f"data.output={run_dir}/dataset",
+        f"train.output={run_dir}/model",
+        f"score.output={run_dir}/predictions",
+    ]
 
 
 def _kill_when(run_dir: Path, stage: str) -> bool:
@@ -72,19 +87,25 @@ def test_a_run_killed_in_a_stage_reruns_to_the_outputs_of_a_clean_run(clean, tmp
         deadline = time.monotonic() + 240
         while not _kill_when(run_dir, stage) and killed.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert killed.poll() is None, f"the run ended before it reached {stage}:\n{(tmp_path / 'killed.log').read_text()}"
+        assert killed.poll() is None, (
+            f"the run ended before it reached {stage}:\n{(tmp_path / 'killed.log').read_text()}"
+        )
         os.killpg(killed.pid, signal.SIGKILL)
         killed.wait()
     # Nothing that looks complete was published by the killed stage.
-    published = {"prepare": run_dir / "dataset" / "_manifest.json", "train": run_dir / "model" / "model",
-                 "score": run_dir / "predictions" / "_metrics.json", "report": run_dir / "report" / "index.html"}
+    published = {
+        "prepare": run_dir / "dataset" / "_manifest.json",
+        "train": run_dir / "model" / "model",
+        "score": run_dir / "predictions" / "_metrics.json",
+        "report": run_dir / "report" / "index.html",
+    }
     assert not published[stage].exists()
 
     rerun = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     lines = {line.split()[0]: line for line in rerun.stdout.splitlines() if line.startswith("  ")}
     stages = ["prepare", "train", "score"]
-    for done in stages[:stages.index(stage) if stage in stages else 3]:
+    for done in stages[: stages.index(stage) if stage in stages else 3]:
         assert lines[done].endswith("(skipped: unchanged)"), rerun.stdout
     if stage in stages:
         assert not lines[stage].endswith("(skipped: unchanged)")

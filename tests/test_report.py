@@ -46,7 +46,7 @@ class ReportPage(HTMLParser):
 
     def section_text(self, raw: str, anchor: str) -> str:
         start = raw.index(f'<section id="{anchor}"')
-        return raw[start:raw.index("</section>", start)]
+        return raw[start : raw.index("</section>", start)]
 
 
 def check_images(page: ReportPage, directory: Path) -> set[str]:
@@ -64,9 +64,17 @@ def check_images(page: ReportPage, directory: Path) -> set[str]:
 
 
 def _config(root: Path, *overrides: str):
-    return load_config(None, [f"data.output={root / 'dataset'}", f"train.output={root / 'model'}",
-                              f"tune.output={root / 'tune'}", f"score.output={root / 'predictions'}",
-                              f"output.run_dir={root / 'run'}", *overrides])
+    return load_config(
+        None,
+        [
+            f"data.output={root / 'dataset'}",
+            f"train.output={root / 'model'}",
+            f"tune.output={root / 'tune'}",
+            f"score.output={root / 'predictions'}",
+            f"output.run_dir={root / 'run'}",
+            *overrides,
+        ],
+    )
 
 
 def _write_json(path: Path, payload) -> None:
@@ -75,29 +83,62 @@ def _write_json(path: Path, payload) -> None:
 
 
 def _write_dataset(root: Path, task: str = "classification") -> None:
-    _write_json(root / "dataset" / "_manifest.json", {
-        "source": "synthetic", "task": task, "num_classes": 3 if task == "classification" else 0,
-        "feature_shape": [4], "rows_in": 1234, "rows_clean": 1200, "duplicates": 2,
-        "quarantine": {"path": "quarantine", "rows": 34, "reasons": {"null:f0": 30, "out_of_range:f1": 4}},
-        "splits": {"train": {"rows": 960, "row_groups": 4}, "validation": {"rows": 120, "row_groups": 2},
-                   "test": {"rows": 120, "row_groups": 2}},
-        "profile": "profile.json"})
-    _write_json(root / "dataset" / "profile.json", {
-        "rows": 1200, "duplicates": 2, "deduplicated": False,
-        "columns": {"label": {"nulls": 0, "min": 0, "max": 2, "mean": 0.98, "stddev": 0.8, "distinct": 3},
-                    "f0": {"nulls": 0, "min": -3.25, "max": 4.5, "mean": 0.0123, "stddev": 1.01, "distinct": 1187}},
-        "label_distribution": {"0": 401, "1": 398, "2": 401}})
+    _write_json(
+        root / "dataset" / "_manifest.json",
+        {
+            "source": "synthetic",
+            "task": task,
+            "num_classes": 3 if task == "classification" else 0,
+            "feature_shape": [4],
+            "rows_in": 1234,
+            "rows_clean": 1200,
+            "duplicates": 2,
+            "quarantine": {"path": "quarantine", "rows": 34, "reasons": {"null:f0": 30, "out_of_range:f1": 4}},
+            "splits": {
+                "train": {"rows": 960, "row_groups": 4},
+                "validation": {"rows": 120, "row_groups": 2},
+                "test": {"rows": 120, "row_groups": 2},
+            },
+            "profile": "profile.json",
+        },
+    )
+    _write_json(
+        root / "dataset" / "profile.json",
+        {
+            "rows": 1200,
+            "duplicates": 2,
+            "deduplicated": False,
+            "columns": {
+                "label": {"nulls": 0, "min": 0, "max": 2, "mean": 0.98, "stddev": 0.8, "distinct": 3},
+                "f0": {"nulls": 0, "min": -3.25, "max": 4.5, "mean": 0.0123, "stddev": 1.01, "distinct": 1187},
+            },
+            "label_distribution": {"0": 401, "1": 398, "2": 401},
+        },
+    )
 
 
 def _write_training(root: Path, task: str = "classification") -> None:
     metric = "accuracy" if task == "classification" else "mae"
-    history = [{"epoch": e, "train_loss": 1.0 / e, f"train_{metric}": 0.5 + 0.1 * e, "val_loss": 1.1 / e,
-                f"val_{metric}": 0.45 + 0.1 * e, "lr": 0.001 * 0.5 ** (e - 1), "epoch_time": 2.0,
-                "samples_per_sec": 480.0 + e, "step": 15 * e} for e in (1, 2, 3)]
+    history = [
+        {
+            "epoch": e,
+            "train_loss": 1.0 / e,
+            f"train_{metric}": 0.5 + 0.1 * e,
+            "val_loss": 1.1 / e,
+            f"val_{metric}": 0.45 + 0.1 * e,
+            "lr": 0.001 * 0.5 ** (e - 1),
+            "epoch_time": 2.0,
+            "samples_per_sec": 480.0 + e,
+            "step": 15 * e,
+        }
+        for e in (1, 2, 3)
+    ]
     (root / "model").mkdir(parents=True, exist_ok=True)
     (root / "model" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in history))
-    _write_json(root / "model" / "model" / "metrics.json",
-                {"history": history, "test": {"loss": 0.3456, metric: 0.8765}, "stopped_early": False})
+    _write_json(
+        root / "model" / "model" / "metrics.json",
+        {"history": history, "test": {"loss": 0.3456, metric: 0.8765}, "stopped_early": False},
+    )
     _write_json(root / "model" / "model" / "model.json", {"task": task, "label_column": "target"})
 
 
@@ -105,9 +146,11 @@ def _write_tuning(root: Path) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    trials = [{"number": 0, "status": "complete", "score": 0.52, "duration_s": 3.0, "params": {"train.lr": 0.01}},
-              {"number": 1, "status": "complete", "score": 0.41, "duration_s": 2.5, "params": {"train.lr": 0.003}},
-              {"number": 2, "status": "failed", "score": None, "duration_s": 0.4, "params": {"train.lr": 0.9}}]
+    trials = [
+        {"number": 0, "status": "complete", "score": 0.52, "duration_s": 3.0, "params": {"train.lr": 0.01}},
+        {"number": 1, "status": "complete", "score": 0.41, "duration_s": 2.5, "params": {"train.lr": 0.003}},
+        {"number": 2, "status": "failed", "score": None, "duration_s": 0.4, "params": {"train.lr": 0.9}},
+    ]
     _write_json(root / "tune" / "trials.json", trials)
     figure = Figure(figsize=(4, 3))
     FigureCanvasAgg(figure)
@@ -116,12 +159,25 @@ def _write_tuning(root: Path) -> None:
 
 
 def _write_classification_predictions(root: Path) -> None:
-    _write_json(root / "predictions" / "_metrics.json", {
-        "model": str(root / "model" / "model"), "input": "dataset/test", "rows": 120, "task": "classification",
-        "seconds": 1.5, "metrics": {
-            "rows_evaluated": 120, "rows_unlabelled": 0, "labels_invalid": 0, "accuracy": 0.8917,
-            "precision": [0.9, 0.85, None], "recall": [0.95, 0.8, 0.0],
-            "confusion_matrix": [[38, 2, 0], [5, 34, 1], [10, 30, 0]]}})
+    _write_json(
+        root / "predictions" / "_metrics.json",
+        {
+            "model": str(root / "model" / "model"),
+            "input": "dataset/test",
+            "rows": 120,
+            "task": "classification",
+            "seconds": 1.5,
+            "metrics": {
+                "rows_evaluated": 120,
+                "rows_unlabelled": 0,
+                "labels_invalid": 0,
+                "accuracy": 0.8917,
+                "precision": [0.9, 0.85, None],
+                "recall": [0.95, 0.8, 0.0],
+                "confusion_matrix": [[38, 2, 0], [5, 34, 1], [10, 30, 0]],
+            },
+        },
+    )
 
 
 def _write_regression_predictions(root: Path, rows: int) -> None:
@@ -132,12 +188,26 @@ def _write_regression_predictions(root: Path, rows: int) -> None:
     directory.mkdir(parents=True)
     half = rows // 2  # two part files, as Spark writes them
     for i, part in enumerate((slice(0, half), slice(half, rows))):
-        pq.write_table(pa.table({"_row_id": np.arange(rows)[part], "target": labels[part],
-                                 "prediction": predictions[part].astype(np.float32)}),
-                       directory / f"part-0000{i}.parquet")
-    _write_json(directory / "_metrics.json", {
-        "model": str(root / "model" / "model"), "rows": rows, "task": "regression", "seconds": 0.5,
-        "metrics": {"rows_evaluated": rows, "rows_unlabelled": 0, "mse": 0.01002, "mae": 0.07981}})
+        pq.write_table(
+            pa.table(
+                {
+                    "_row_id": np.arange(rows)[part],
+                    "target": labels[part],
+                    "prediction": predictions[part].astype(np.float32),
+                }
+            ),
+            directory / f"part-0000{i}.parquet",
+        )
+    _write_json(
+        directory / "_metrics.json",
+        {
+            "model": str(root / "model" / "model"),
+            "rows": rows,
+            "task": "regression",
+            "seconds": 0.5,
+            "metrics": {"rows_evaluated": rows, "rows_unlabelled": 0, "mse": 0.01002, "mae": 0.07981},
+        },
+    )
 
 
 def test_classification_run_shows_every_section_with_valid_plots(tmp_path):
@@ -149,8 +219,10 @@ def test_classification_run_shows_every_section_with_valid_plots(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "config.yaml").write_text(cfg.to_yaml())
-    _write_json(run_dir / "stages.json", {"prepare": {"fingerprint": "a", "output": "ds", "seconds": 12.5,
-                                                      "summary": {"skipped": True}}})
+    _write_json(
+        run_dir / "stages.json",
+        {"prepare": {"fingerprint": "a", "output": "ds", "seconds": 12.5, "summary": {"skipped": True}}},
+    )
 
     index = report.write_report(run_dir, cfg)
 
@@ -159,8 +231,13 @@ def test_classification_run_shows_every_section_with_valid_plots(tmp_path):
     page = ReportPage(raw)
     assert page.links == []  # no stylesheet or script to fetch
     assert page.sections == {"stages": "", "data": "", "training": "", "tuning": "", "scoring": "", "config": ""}
-    assert check_images(page, index.parent) == {"training_curves.png", "throughput.png", "learning_rate.png",
-                                                "tuning_scores.png", "confusion_matrix.png"}
+    assert check_images(page, index.parent) == {
+        "training_curves.png",
+        "throughput.png",
+        "learning_rate.png",
+        "tuning_scores.png",
+        "confusion_matrix.png",
+    }
     assert sorted(p.name for p in index.parent.iterdir()) == sorted([*page.images, "index.html"])
     data = page.section_text(raw, "data")
     for shown in ("1234", "1200", "null:f0", ">30<", "out_of_range:f1", ">4<", "960", "-3.25", "0.0123", "401"):
@@ -186,8 +263,12 @@ def test_regression_run_plots_residuals_of_a_sample(tmp_path, monkeypatch):
 
     raw = index.read_text()
     page = ReportPage(raw)
-    assert check_images(page, index.parent) == {"training_curves.png", "throughput.png", "learning_rate.png",
-                                                "residuals.png"}
+    assert check_images(page, index.parent) == {
+        "training_curves.png",
+        "throughput.png",
+        "learning_rate.png",
+        "residuals.png",
+    }
     scoring = page.section_text(raw, "scoring")
     assert "0.01002" in scoring and "0.07981" in scoring and "residual plot of 500 sampled rows" in scoring
     assert "confusion" not in raw
@@ -210,8 +291,14 @@ def test_absent_inputs_are_reported_as_not_run_and_old_plots_removed(tmp_path):
     raw = index.read_text()
     page = ReportPage(raw)
     assert page.images == [] and list(index.parent.glob("*.png")) == []
-    assert page.sections == {"stages": "not-run", "data": "", "training": "not-run", "tuning": "not-run",
-                             "scoring": "not-run", "config": ""}
+    assert page.sections == {
+        "stages": "not-run",
+        "data": "",
+        "training": "not-run",
+        "tuning": "not-run",
+        "scoring": "not-run",
+        "config": "",
+    }
     assert f"not run: no training metrics (metrics.jsonl) at {tmp_path / 'model'}" in page.text
     assert f"not run: no predictions (_metrics.json) at {tmp_path / 'predictions'}" in page.text
     assert "no config.yaml in the run directory" in page.text and "rows_in" not in page.text

@@ -30,10 +30,13 @@ def test_user_spark_settings_reach_the_live_session(spark, spark_config):
 def test_active_session_is_reused_and_left_running(spark, caplog):
     with caplog.at_level(logging.INFO, logger="sparkml_par.session"):
         session, created = get_or_create_session(
-            SparkConfig(master="local[3]", conf={"spark.sql.shuffle.partitions": "5"}))
+            SparkConfig(master="local[3]", conf={"spark.sql.shuffle.partitions": "5"})
+        )
     assert session is spark and created is False
-    assert caplog.messages == ["reusing the active Spark session (master local[2]); "
-                               "not applied: spark.master=local[3], spark.sql.shuffle.partitions=5"]
+    assert caplog.messages == [
+        "reusing the active Spark session (master local[2]); "
+        "not applied: spark.master=local[3], spark.sql.shuffle.partitions=5"
+    ]
     assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
 
     caplog.clear()
@@ -48,8 +51,14 @@ def test_active_session_is_reused_and_left_running(spark, caplog):
 
 
 def test_gpu_settings_on_one_machine_use_local_cluster_workers():
-    settings = session_settings(SparkConfig(master="local-cluster[1,2,1024]", use_gpu=True, gpus_per_executor=2,
-                                            gpu_discovery_script="/opt/spark/getGpus.sh"))
+    settings = session_settings(
+        SparkConfig(
+            master="local-cluster[1,2,1024]",
+            use_gpu=True,
+            gpus_per_executor=2,
+            gpu_discovery_script="/opt/spark/getGpus.sh",
+        )
+    )
     assert settings["spark.executor.resource.gpu.amount"] == "2"
     assert settings["spark.task.resource.gpu.amount"] == "1"
     assert settings["spark.executor.resource.gpu.discoveryScript"] == "/opt/spark/getGpus.sh"
@@ -59,14 +68,18 @@ def test_gpu_settings_on_one_machine_use_local_cluster_workers():
 
 
 def test_gpus_on_local_master_are_refused():
-    with pytest.raises(ConfigError, match=r"spark.use_gpu: Spark's local\[2\] master runs tasks in the driver "
-                                          r"and cannot assign GPUs to them; use spark.master=local-cluster"):
+    with pytest.raises(
+        ConfigError,
+        match=r"spark.use_gpu: Spark's local\[2\] master runs tasks in the driver "
+        r"and cannot assign GPUs to them; use spark.master=local-cluster",
+    ):
         session_settings(SparkConfig(master="local[2]", use_gpu=True))
 
 
 def test_gpu_settings_on_a_cluster_leave_the_driver_and_network_alone():
-    settings = session_settings(SparkConfig(master="spark://head:7077", use_gpu=True,
-                                            gpu_discovery_script="/opt/spark/getGpus.sh"))
+    settings = session_settings(
+        SparkConfig(master="spark://head:7077", use_gpu=True, gpu_discovery_script="/opt/spark/getGpus.sh")
+    )
     assert settings["spark.executor.resource.gpu.amount"] == "1"
     assert settings["spark.task.resource.gpu.amount"] == "1"
     assert not any(key.startswith("spark.driver.") for key in settings)
@@ -80,7 +93,12 @@ def test_no_gpu_settings_without_use_gpu():
 
 
 def test_user_settings_win_over_the_project_defaults():
-    settings = session_settings(SparkConfig(master="local-cluster[1,2,1024]", use_gpu=True,
-                                            conf={"spark.ui.enabled": "true", "spark.task.resource.gpu.amount": "0.5"}))
+    settings = session_settings(
+        SparkConfig(
+            master="local-cluster[1,2,1024]",
+            use_gpu=True,
+            conf={"spark.ui.enabled": "true", "spark.task.resource.gpu.amount": "0.5"},
+        )
+    )
     assert settings["spark.ui.enabled"] == "true"
     assert settings["spark.task.resource.gpu.amount"] == "0.5"

@@ -20,8 +20,13 @@ CONF = Path(__file__).parents[1] / "conf"
 
 
 def _outputs(root: Path) -> list[str]:
-    return [f"output.run_dir={root}", f"data.output={root}/dataset", f"train.output={root}/model",
-            f"score.output={root}/predictions", f"tune.output={root}/tune"]
+    return [
+        f"output.run_dir={root}",
+        f"data.output={root}/dataset",
+        f"train.output={root}/model",
+        f"score.output={root}/predictions",
+        f"tune.output={root}/tune",
+    ]
 
 
 def _ran(records) -> list[str]:
@@ -34,8 +39,10 @@ def _customers_csv(path: Path, n: int = 300) -> Path:
     for i in range(n):
         spend = "" if i % 25 == 0 else f"{5 + (i * 37) % 190:.2f}"
         churned = int(i % 36 < 6 or (i * 37) % 190 > 170)
-        lines.append(f"c{i},{20 + i % 50},{spend},{i % 36},{['basic', 'plus', 'premium'][i % 3]},"
-                     f"{['north', 'south'][i % 2]},{churned}")
+        lines.append(
+            f"c{i},{20 + i % 50},{spend},{i % 36},{['basic', 'plus', 'premium'][i % 3]},"
+            f"{['north', 'south'][i % 2]},{churned}"
+        )
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -46,8 +53,10 @@ def tabular(tmp_path_factory):
     csv = _customers_csv(root / "customers.csv")
 
     def config(*overrides: str):
-        return load_config(CONF / "tabular.yaml", [f"data.path={csv}", *_outputs(root / "run"), "train.epochs=2",
-                                                   *overrides])
+        return load_config(
+            CONF / "tabular.yaml", [f"data.path={csv}", *_outputs(root / "run"), "train.epochs=2", *overrides]
+        )
+
     return root, csv, config
 
 
@@ -88,23 +97,32 @@ def test_a_changed_score_setting_rescores_only(spark, tabular):
 
 def test_a_dataset_another_config_wrote_stays_protected(spark, tabular):
     root, _, config = tabular
-    other = config("data.featurize.scale=true", f"output.run_dir={root}/other", f"train.output={root}/other/model",
-                   f"score.output={root}/other/predictions")
-    with pytest.raises(SparkmlParError, match=r"already holds a dataset built from a different config or input "
-                                              r"\(fingerprint '\w+', created '.*' by the pipeline of run directory "
-                                              r"'.*/run'; .*`sparkml-par run` replaces only datasets its own run "
-                                              r"directory \('.*/other'\) wrote"):
+    other = config(
+        "data.featurize.scale=true",
+        f"output.run_dir={root}/other",
+        f"train.output={root}/other/model",
+        f"score.output={root}/other/predictions",
+    )
+    with pytest.raises(
+        SparkmlParError,
+        match=r"already holds a dataset built from a different config or input "
+        r"\(fingerprint '\w+', created '.*' by the pipeline of run directory "
+        r"'.*/run'; .*`sparkml-par run` replaces only datasets its own run "
+        r"directory \('.*/other'\) wrote",
+    ):
         run_pipeline(spark, other)
 
 
 @pytest.mark.slow
 def test_quickstart_and_tune_configs_run_on_their_digits(spark, tmp_path):
-    quick = run_pipeline(spark, load_config(CONF / "quickstart.yaml", [*_outputs(tmp_path / "quick"),
-                                                                       "train.epochs=1"]))
+    quick = run_pipeline(
+        spark, load_config(CONF / "quickstart.yaml", [*_outputs(tmp_path / "quick"), "train.epochs=1"])
+    )
     assert _ran(quick) == ["prepare", "train", "score", "report"]
     assert quick["score"].summary["metrics"]["accuracy"] > 0.5
-    tuned = run_pipeline(spark, load_config(CONF / "tune.yaml", [
-        *_outputs(tmp_path / "tune"), "tune.trials=2", "train.epochs=1"]))
+    tuned = run_pipeline(
+        spark, load_config(CONF / "tune.yaml", [*_outputs(tmp_path / "tune"), "tune.trials=2", "train.epochs=1"])
+    )
     assert _ran(tuned) == ["prepare", "tune", "train", "score", "report"]
     assert tuned["tune"].summary["trials"] == 2 and (tmp_path / "tune" / "tune" / "best.yaml").is_file()
 
@@ -113,9 +131,18 @@ def test_quickstart_and_tune_configs_run_on_their_digits(spark, tmp_path):
 def test_gpu_cluster_template_runs_with_this_machines_settings(spark, tmp_path):
     df = foreign_data.frame("breast_cancer").drop(columns=["patient id"]).rename(columns={"diagnosis": "label"})
     path = foreign_data.write(df, tmp_path / "raw", "parquet")
-    cfg = load_config(CONF / "gpu_cluster.yaml", [
-        "spark.master=local[2]", "spark.use_gpu=false", f"data.path={path}", *_outputs(tmp_path / "run"),
-        "train.precision=fp32", "train.epochs=1", "train.batch_size=64"])
+    cfg = load_config(
+        CONF / "gpu_cluster.yaml",
+        [
+            "spark.master=local[2]",
+            "spark.use_gpu=false",
+            f"data.path={path}",
+            *_outputs(tmp_path / "run"),
+            "train.precision=fp32",
+            "train.epochs=1",
+            "train.batch_size=64",
+        ],
+    )
     records = run_pipeline(spark, cfg)
     assert _ran(records) == ["prepare", "train", "score", "report"]
     assert records["score"].summary["metrics"]["rows_evaluated"] > 0

@@ -29,8 +29,11 @@ WILDCARDS = ("0.0.0.0", "::", "")
 
 def _listening(process: psutil.Process) -> set[tuple[int, str, int]]:
     try:
-        return {(process.pid, c.laddr.ip, c.laddr.port) for c in process.net_connections(kind="tcp")
-                if c.status == psutil.CONN_LISTEN}
+        return {
+            (process.pid, c.laddr.ip, c.laddr.port)
+            for c in process.net_connections(kind="tcp")
+            if c.status == psutil.CONN_LISTEN
+        }
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return set()
 
@@ -44,11 +47,14 @@ def allreduce_and_look_around(driver_pid: int):
     me = psutil.Process()
     ancestors = me.parents()
     upto = next(i for i, p in enumerate(ancestors) if p.pid == driver_pid)
-    listening = set().union(*[_listening(p) for p in [me, *ancestors[:upto + 1]]])
-    return {"rank": hvd.rank(), "pid": me.pid,
-            "sum": hvd.allreduce(torch.full((3,), hvd.rank() + 1.0), op=hvd.Sum).tolist(),
-            "rendezvous": (os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"], int(os.environ["HOROVOD_GLOO_RENDEZVOUS_PORT"])),
-            "listening": sorted(listening)}
+    listening = set().union(*[_listening(p) for p in [me, *ancestors[: upto + 1]]])
+    return {
+        "rank": hvd.rank(),
+        "pid": me.pid,
+        "sum": hvd.allreduce(torch.full((3,), hvd.rank() + 1.0), op=hvd.Sum).tolist(),
+        "rendezvous": (os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"], int(os.environ["HOROVOD_GLOO_RENDEZVOUS_PORT"])),
+        "listening": sorted(listening),
+    }
 
 
 def _spark_worker_processes() -> list[psutil.Process]:
@@ -152,8 +158,9 @@ def test_rendezvous_listens_on_the_rank0_task_address_only(spark):
     watcher.start()
     try:
         with pytest.raises(launch.LaunchError, match=r"ranks \[1\] of 2 did not reach the Horovod rendezvous"):
-            launch.Launcher(num_proc=2, spark=spark, timeout=30, rendezvous_timeout=5,
-                            env={STALL_BEFORE_RENDEZVOUS: "1"}).run(allreduce_and_look_around, os.getpid())
+            launch.Launcher(
+                num_proc=2, spark=spark, timeout=30, rendezvous_timeout=5, env={STALL_BEFORE_RENDEZVOUS: "1"}
+            ).run(allreduce_and_look_around, os.getpid())
     finally:
         stop.set()
         watcher.join()

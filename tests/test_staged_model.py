@@ -56,8 +56,9 @@ def test_cnn_pipeline_matches_unsplit_model_in_eval_mode(num_stages, micro_batch
 
 def test_transformer_pipeline_matches_unsplit_model():
     torch.manual_seed(0)
-    model = build_model("transformer", {"d_model": 8, "nhead": 2, "layers": 2, "dropout": 0.0},
-                        input_shape=(6, 3), num_outputs=5)
+    model = build_model(
+        "transformer", {"d_model": 8, "nhead": 2, "layers": 2, "dropout": 0.0}, input_shape=(6, 3), num_outputs=5
+    )
     _assert_split_matches(model, (18,), 3, 4)
 
 
@@ -97,7 +98,9 @@ def test_balanced_split_by_parameter_count():
     # Layers: Flatten, Linear 4160, ReLU, Linear 4160, ReLU, Linear 650.
     stages = split_into_stages(model, 2)
     assert [[type(m).__name__ for m in stage] for stage in stages] == [
-        ["Flatten", "Linear", "ReLU"], ["Linear", "ReLU", "Linear"]]
+        ["Flatten", "Linear", "ReLU"],
+        ["Linear", "ReLU", "Linear"],
+    ]
     stages = split_into_stages(model, 3)
     assert [len(stage) for stage in stages] == [2, 2, 2]
     assert sum(len(stage) for stage in split_into_stages(model, 6)) == 6
@@ -117,14 +120,17 @@ def test_explicit_boundaries():
     assert [len(stage) for stage in stages] == [1, 8, len(model) - 9]
 
 
-@pytest.mark.parametrize("num_stages,boundaries,message", [
-    (7, None, "train.pipeline_stages=7 but the model has only 6 layers; use at most 6 stages"),
-    (0, None, "train.pipeline_stages: 0 must be at least 1"),
-    (3, [2], "3 stages need 2 boundaries"),
-    (3, [4, 2], "must be strictly increasing layer indices between 1 and 5"),
-    (2, [6], "must be strictly increasing layer indices between 1 and 5"),
-    (2, [0], "must be strictly increasing layer indices between 1 and 5"),
-])
+@pytest.mark.parametrize(
+    "num_stages,boundaries,message",
+    [
+        (7, None, "train.pipeline_stages=7 but the model has only 6 layers; use at most 6 stages"),
+        (0, None, "train.pipeline_stages: 0 must be at least 1"),
+        (3, [2], "3 stages need 2 boundaries"),
+        (3, [4, 2], "must be strictly increasing layer indices between 1 and 5"),
+        (2, [6], "must be strictly increasing layer indices between 1 and 5"),
+        (2, [0], "must be strictly increasing layer indices between 1 and 5"),
+    ],
+)
 def test_split_errors(num_stages, boundaries, message):
     model = build_model("mlp", {}, input_shape=(4,), num_outputs=2)
     with pytest.raises(ConfigError) as err:

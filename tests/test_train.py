@@ -21,16 +21,33 @@ from sparkml_par.train.job import build_train_job, train
 from sparkml_par.train.loop import steps_per_epoch
 
 # Exact comparisons: plain SGD, no shuffling, no schedule, the learning rate not scaled by the rank count.
-EXACT = ["train.model=mlp", "train.model_args={hidden: [32]}", "train.optimizer=sgd", "train.momentum=0.0",
-         "train.lr=0.1", "train.lr_scaling=none", "train.shuffle=false", "train.num_proc=2"]
+EXACT = [
+    "train.model=mlp",
+    "train.model_args={hidden: [32]}",
+    "train.optimizer=sgd",
+    "train.momentum=0.0",
+    "train.lr=0.1",
+    "train.lr_scaling=none",
+    "train.shuffle=false",
+    "train.num_proc=2",
+]
 
 
 @pytest.fixture(scope="module")
 def synthetic(spark, tmp_path_factory):
     """960 train rows of 4 Gaussian classes in 8 row groups: small enough for many runs."""
     root = tmp_path_factory.mktemp("synthetic")
-    cfg = load_config(None, [f"data.output={root}/dataset", "data.source=synthetic", "data.synthetic.rows=1200",
-                             "data.synthetic.features=8", "data.synthetic.classes=4", "data.max_shards=4"])
+    cfg = load_config(
+        None,
+        [
+            f"data.output={root}/dataset",
+            "data.source=synthetic",
+            "data.synthetic.rows=1200",
+            "data.synthetic.features=8",
+            "data.synthetic.classes=4",
+            "data.max_shards=4",
+        ],
+    )
     prepare(spark, cfg.data)
     return root
 
@@ -80,8 +97,12 @@ def test_two_ranks_equal_one_process_on_the_same_global_batches(spark, synthetic
 
 
 def test_gradient_accumulation_equals_one_larger_batch(spark, synthetic):
-    accumulated = train(spark, _config(synthetic, "accumulated", *EXACT, "train.epochs=1", "train.batch_size=16",
-                                       "train.accumulation_steps=4"))
+    accumulated = train(
+        spark,
+        _config(
+            synthetic, "accumulated", *EXACT, "train.epochs=1", "train.batch_size=16", "train.accumulation_steps=4"
+        ),
+    )
     large = train(spark, _config(synthetic, "large", *EXACT, "train.epochs=1", "train.batch_size=64"))
     assert accumulated.history[0]["step"] == large.history[0]["step"] > 1
     _assert_same_weights(_weights(accumulated), _weights(large), 1e-5)
@@ -90,16 +111,33 @@ def test_gradient_accumulation_equals_one_larger_batch(spark, synthetic):
 def test_pipeline_split_model_trains_like_the_whole_model(spark, synthetic, caplog):
     whole = train(spark, _config(synthetic, "whole", *EXACT, "train.epochs=1", "train.model_args={hidden: [32, 16]}"))
     caplog.set_level("WARNING", logger="sparkml_par.train")
-    split = train(spark, _config(synthetic, "split", *EXACT, "train.epochs=1", "train.model_args={hidden: [32, 16]}",
-                                 "train.pipeline_stages=2", "train.micro_batches=4"))
+    split = train(
+        spark,
+        _config(
+            synthetic,
+            "split",
+            *EXACT,
+            "train.epochs=1",
+            "train.model_args={hidden: [32, 16]}",
+            "train.pipeline_stages=2",
+            "train.micro_batches=4",
+        ),
+    )
     _assert_same_weights(_weights(split), _weights(whole), 1e-5)
     assert "train.pipeline_stages=2 on CPU ranks: the stages share each rank's one device" in caplog.text
 
 
 def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(spark, synthetic):
     # Shuffling, dropout, momentum and a step schedule: every piece of state must survive the restart.
-    common = ["train.model=mlp", "train.model_args={hidden: [32], dropout: 0.2}", "train.optimizer=sgd",
-              "train.lr=0.05", "train.scheduler=step", "train.gamma=0.5", "train.batch_size=32"]
+    common = [
+        "train.model=mlp",
+        "train.model_args={hidden: [32], dropout: 0.2}",
+        "train.optimizer=sgd",
+        "train.lr=0.05",
+        "train.scheduler=step",
+        "train.gamma=0.5",
+        "train.batch_size=32",
+    ]
     uninterrupted = train(spark, _config(synthetic, "uninterrupted", *common, "train.epochs=4"))
     first_half = train(spark, _config(synthetic, "resumed", *common, "train.epochs=2"))
     assert first_half.epochs_run == 2
@@ -113,12 +151,21 @@ def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(spark, synthe
     assert checkpoints == ["checkpoint-00002.pt", "checkpoint-00003.pt", "checkpoint-00004.pt"]
 
 
-RESUMABLE = ["train.model=mlp", "train.model_args={hidden: [32], dropout: 0.2}", "train.optimizer=sgd",
-             "train.lr=0.05", "train.scheduler=step", "train.gamma=0.5", "train.batch_size=32", "train.epochs=4"]
+RESUMABLE = [
+    "train.model=mlp",
+    "train.model_args={hidden: [32], dropout: 0.2}",
+    "train.optimizer=sgd",
+    "train.lr=0.05",
+    "train.scheduler=step",
+    "train.gamma=0.5",
+    "train.batch_size=32",
+    "train.epochs=4",
+]
 
 
-def test_a_killed_rank_is_rerun_by_spark_and_resumes_to_the_uninterrupted_weights(spark, synthetic, monkeypatch,
-                                                                                   caplog):
+def test_a_killed_rank_is_rerun_by_spark_and_resumes_to_the_uninterrupted_weights(
+    spark, synthetic, monkeypatch, caplog
+):
     """Rank 1 SIGKILLs itself once at step 3 of epoch 2 of 4; Spark reruns the barrier stage, which resumes
     from the epoch-1 checkpoint."""
     uninterrupted = train(spark, _config(synthetic, "never-killed", *RESUMABLE))
@@ -139,8 +186,10 @@ def test_a_rank_killed_in_every_attempt_names_the_rank_the_epoch_and_the_checkpo
         train(spark, _config(synthetic, "always-killed", *RESUMABLE))
     message = str(failure.value)
     checkpoint = synthetic / "always-killed" / "checkpoints" / "checkpoint-00001.pt"
-    assert message.startswith(f"training failed in epoch 2 of 4; the newest checkpoint is {checkpoint}: "
-                              f"`sparkml-par train` with the same config resumes from it.")
+    assert message.startswith(
+        f"training failed in epoch 2 of 4; the newest checkpoint is {checkpoint}: "
+        f"`sparkml-par train` with the same config resumes from it."
+    )
     assert "rank 1 on host" in message and "died without raising an error" in message
     assert "in attempt 4 of 4 (spark.stage.maxConsecutiveAttempts)" in message
     assert failure.value.rank == 1
@@ -148,8 +197,14 @@ def test_a_rank_killed_in_every_attempt_names_the_rank_the_epoch_and_the_checkpo
 
 def test_early_stopping_stops_every_rank_at_the_same_epoch(spark, synthetic):
     # No change can beat min_delta, so the second epoch is the last one with patience 1.
-    cfg = _config(synthetic, "early", "train.model=mlp", "train.epochs=6", "train.early_stopping.patience=1",
-                  "train.early_stopping.min_delta=100")
+    cfg = _config(
+        synthetic,
+        "early",
+        "train.model=mlp",
+        "train.epochs=6",
+        "train.early_stopping.patience=1",
+        "train.early_stopping.min_delta=100",
+    )
     result = train(spark, cfg)
     assert result.epochs_run == 2
     assert result.stopped_early
@@ -158,31 +213,46 @@ def test_early_stopping_stops_every_rank_at_the_same_epoch(spark, synthetic):
 def test_resume_refuses_a_checkpoint_of_another_model(spark, synthetic):
     train(spark, _config(synthetic, "other_model", "train.model=mlp", "train.epochs=1"))
     with pytest.raises(SparkmlParError, match="checkpoint.*other_model/checkpoints/checkpoint-00001.pt"):
-        train(spark, _config(synthetic, "other_model", "train.model=mlp", "train.model_args={hidden: [8]}",
-                             "train.epochs=2"))
+        train(
+            spark,
+            _config(synthetic, "other_model", "train.model=mlp", "train.model_args={hidden: [8]}", "train.epochs=2"),
+        )
 
 
 def test_more_ranks_than_row_groups_is_refused_before_launch(spark, synthetic):
     manifest = json.loads((synthetic / "dataset" / "_manifest.json").read_text())
     cfg = _config(synthetic, "too_many")
-    with pytest.raises(SparkmlParError, match=r"train.num_proc=8 but the train split of .* has only 4 row groups, "
-                                              r"so some ranks would read nothing; lower train.num_proc, or re-shard "
-                                              r"the dataset with data.max_shards=8"):
+    with pytest.raises(
+        SparkmlParError,
+        match=r"train.num_proc=8 but the train split of .* has only 4 row groups, "
+        r"so some ranks would read nothing; lower train.num_proc, or re-shard "
+        r"the dataset with data.max_shards=8",
+    ):
         build_train_job(manifest, f"file://{synthetic}/dataset", cfg, 8)
 
 
 def test_a_monitor_no_rank_reports_is_refused_before_launch(spark, synthetic):
     manifest = json.loads((synthetic / "dataset" / "_manifest.json").read_text())
     cfg = _config(synthetic, "monitor", "train.early_stopping.patience=2", "train.early_stopping.monitor=val_acc")
-    with pytest.raises(SparkmlParError, match=r"^train.early_stopping.monitor: 'val_acc' is not a metric of this run; "
-                                              r"choose one of train_loss, train_accuracy, val_loss, val_accuracy, lr"):
+    with pytest.raises(
+        SparkmlParError,
+        match=r"^train.early_stopping.monitor: 'val_acc' is not a metric of this run; "
+        r"choose one of train_loss, train_accuracy, val_loss, val_accuracy, lr",
+    ):
         build_train_job(manifest, f"file://{synthetic}/dataset", cfg, 2)
     # Without a validation split of a row per rank, the val_* metrics are not reported, and the error says so.
-    small = {**manifest, "splits": {**manifest["splits"], "validation": {**manifest["splits"]["validation"], "rows": 1}}}
-    with pytest.raises(SparkmlParError, match=r"'val_loss' is not a metric of this run \(the dataset's validation "
-                                              r"split has fewer rows than ranks"):
-        build_train_job(small, f"file://{synthetic}/dataset", _config(synthetic, "monitor",
-                                                                      "train.early_stopping.patience=2"), 2)
+    small = {
+        **manifest,
+        "splits": {**manifest["splits"], "validation": {**manifest["splits"]["validation"], "rows": 1}},
+    }
+    with pytest.raises(
+        SparkmlParError,
+        match=r"'val_loss' is not a metric of this run \(the dataset's validation "
+        r"split has fewer rows than ranks",
+    ):
+        build_train_job(
+            small, f"file://{synthetic}/dataset", _config(synthetic, "monitor", "train.early_stopping.patience=2"), 2
+        )
 
 
 def test_missing_dataset_is_named(spark, tmp_path):

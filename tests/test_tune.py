@@ -37,14 +37,22 @@ def _complete(score_of):
     def evaluate(request, control):
         started = time.time()
         return TrialOutcome("complete", score=score_of(request.params), started=started, finished=time.time())
+
     return evaluate
 
 
 # --- space -----------------------------------------------------------------------------------------------
 
+
 def test_distributions_follow_the_declared_types():
-    space = SearchSpace.from_config(_space(lr=ParamSpace("loguniform", 1e-4, 1e-1), momentum=ParamSpace("uniform", 0, 1),
-                                           epochs=ParamSpace("int", 1, 5), optimizer=ParamSpace("choice", values=["sgd", "adam"])))
+    space = SearchSpace.from_config(
+        _space(
+            lr=ParamSpace("loguniform", 1e-4, 1e-1),
+            momentum=ParamSpace("uniform", 0, 1),
+            epochs=ParamSpace("int", 1, 5),
+            optimizer=ParamSpace("choice", values=["sgd", "adam"]),
+        )
+    )
     d = space.distributions()
     assert (d["train.lr"].low, d["train.lr"].high, d["train.lr"].log) == (1e-4, 1e-1, True)
     assert (d["train.momentum"].low, d["train.momentum"].high, d["train.momentum"].log) == (0.0, 1.0, False)
@@ -59,19 +67,27 @@ def test_choices_of_lists_are_stored_as_json_and_decoded():
 
 
 def test_grid_spreads_ranges_and_takes_explicit_values():
-    space = SearchSpace.from_config(_space(lr=ParamSpace("loguniform", 1e-3, 1e-1, grid=3),
-                                           epochs=ParamSpace("int", 1, 2, grid=5),
-                                           momentum=ParamSpace("uniform", 0.0, 1.0, values=[0.5, 0.9]),
-                                           optimizer=ParamSpace("choice", values=["sgd", "adam"])))
+    space = SearchSpace.from_config(
+        _space(
+            lr=ParamSpace("loguniform", 1e-3, 1e-1, grid=3),
+            epochs=ParamSpace("int", 1, 2, grid=5),
+            momentum=ParamSpace("uniform", 0.0, 1.0, values=[0.5, 0.9]),
+            optimizer=ParamSpace("choice", values=["sgd", "adam"]),
+        )
+    )
     grid = space.grid()
     lrs = sorted({p["train.lr"] for p in grid})
     assert lrs == pytest.approx([1e-3, 1e-2, 1e-1])
-    assert sorted({p["train.epochs"] for p in grid}) == [1, 2]   # 5 points over [1, 2] are 2 distinct ints
+    assert sorted({p["train.epochs"] for p in grid}) == [1, 2]  # 5 points over [1, 2] are 2 distinct ints
     assert sorted({p["train.momentum"] for p in grid}) == [0.5, 0.9]
     assert len(grid) == 3 * 2 * 2 * 2
     assert len({json.dumps(p, sort_keys=True) for p in grid}) == len(grid)
-    assert grid[0] == {"train.lr": pytest.approx(1e-3), "train.epochs": 1, "train.momentum": 0.5,
-                       "train.optimizer": "sgd"}
+    assert grid[0] == {
+        "train.lr": pytest.approx(1e-3),
+        "train.epochs": 1,
+        "train.momentum": 0.5,
+        "train.optimizer": "sgd",
+    }
 
 
 def test_grid_values_outside_the_range_are_refused():
@@ -82,19 +98,25 @@ def test_grid_values_outside_the_range_are_refused():
 
 def test_params_become_train_settings_and_the_rest_is_kept():
     cfg = load_config(None, ["data.output=/data/x", "train.epochs=3", "tune.trials=5"])
-    out = apply_params(cfg, {"train.lr": 1e-5, "train.model_args.hidden": [64, 32],
-                             "train.early_stopping.patience": 2}, {"train.output": "/tmp/trial"})
+    out = apply_params(
+        cfg,
+        {"train.lr": 1e-5, "train.model_args.hidden": [64, 32], "train.early_stopping.patience": 2},
+        {"train.output": "/tmp/trial"},
+    )
     assert out.train.lr == 1e-5 and out.train.model_args == {"hidden": [64, 32]}
     assert out.train.early_stopping.patience == 2 and out.train.output == "/tmp/trial"
     assert out.train.epochs == 3 and out.data == cfg.data and out.tune == cfg.tune
     assert cfg.train.lr == 1e-3  # the base config is untouched
 
 
-@pytest.mark.parametrize("key, param, message", [
-    ("train.lrr", ParamSpace("uniform", 0, 1), "unknown key 'train.lrr': did you mean 'lr'"),
-    ("train.epochs", ParamSpace("uniform", 1, 4), "train.epochs: expected an integer, got 1.0"),
-    ("train.optimizer", ParamSpace("choice", values=["sgd", "lbfgs"]), "'lbfgs' is not allowed"),
-])
+@pytest.mark.parametrize(
+    "key, param, message",
+    [
+        ("train.lrr", ParamSpace("uniform", 0, 1), "unknown key 'train.lrr': did you mean 'lr'"),
+        ("train.epochs", ParamSpace("uniform", 1, 4), "train.epochs: expected an integer, got 1.0"),
+        ("train.optimizer", ParamSpace("choice", values=["sgd", "lbfgs"]), "'lbfgs' is not allowed"),
+    ],
+)
 def test_a_space_that_does_not_fit_the_config_fails_before_any_trial(key, param, message):
     space = SearchSpace.from_config({"train.momentum": ParamSpace("uniform", 0, 1), key: param})
     with pytest.raises(ConfigError, match=f"tune.space.{key} does not fit the config") as info:
@@ -102,14 +124,19 @@ def test_a_space_that_does_not_fit_the_config_fails_before_any_trial(key, param,
     assert message in str(info.value)
 
 
-@pytest.mark.parametrize("space, message", [
-    ({}, "tune.space is empty"),
-    ({"data.rows": ParamSpace("uniform", 0, 1)}, "tune.space key 'data.rows' names a data setting; a search varies "
-                                                 "train settings only"),
-    ({"lr": ParamSpace("uniform", 0, 1), "train.lr": ParamSpace("uniform", 0, 1)}, "names 'train.lr' twice"),
-    ({"train.output": ParamSpace("choice", values=["a"])}, "tune.space key 'train.output' cannot be searched"),
-    ({"train.epochs": ParamSpace("int", 1, 2.5)}, "an int parameter needs whole bounds"),
-])
+@pytest.mark.parametrize(
+    "space, message",
+    [
+        ({}, "tune.space is empty"),
+        (
+            {"data.rows": ParamSpace("uniform", 0, 1)},
+            "tune.space key 'data.rows' names a data setting; a search varies train settings only",
+        ),
+        ({"lr": ParamSpace("uniform", 0, 1), "train.lr": ParamSpace("uniform", 0, 1)}, "names 'train.lr' twice"),
+        ({"train.output": ParamSpace("choice", values=["a"])}, "tune.space key 'train.output' cannot be searched"),
+        ({"train.epochs": ParamSpace("int", 1, 2.5)}, "an int parameter needs whole bounds"),
+    ],
+)
 def test_bad_spaces_are_refused_with_the_key(space, message):
     with pytest.raises(ConfigError, match=message):
         SearchSpace.from_config(space)
@@ -124,8 +151,10 @@ def test_keys_without_the_train_prefix_name_train_settings():
 
 def test_space_entries_load_from_yaml(tmp_path):
     path = tmp_path / "tune.yaml"
-    path.write_text("tune:\n  method: grid\n  space:\n    train.lr: {type: choice, values: [0.01, 0.1]}\n"
-                    "    train.model_args.hidden: {type: choice, values: [[8], [16, 8]]}\n")
+    path.write_text(
+        "tune:\n  method: grid\n  space:\n    train.lr: {type: choice, values: [0.01, 0.1]}\n"
+        "    train.model_args.hidden: {type: choice, values: [[8], [16, 8]]}\n"
+    )
     cfg = load_config(path)
     space = SearchSpace.from_config(cfg.tune.space)
     assert [space.decode(p) for p in space.grid()][-1] == {"train.lr": 0.1, "train.model_args.hidden": [16, 8]}
@@ -133,9 +162,14 @@ def test_space_entries_load_from_yaml(tmp_path):
 
 # --- study, scheduler ------------------------------------------------------------------------------------
 
+
 def test_grid_search_runs_every_point_exactly_once_with_trials_in_flight():
-    tune = _tune(_space(lr=ParamSpace("choice", values=[0.1, 0.01, 0.001]), epochs=ParamSpace("int", 1, 3, grid=3)),
-                 method="grid", trials=2, parallelism=3)  # trials does not cut a grid short
+    tune = _tune(
+        _space(lr=ParamSpace("choice", values=[0.1, 0.01, 0.001]), epochs=ParamSpace("int", 1, 3, grid=3)),
+        method="grid",
+        trials=2,
+        parallelism=3,
+    )  # trials does not cut a grid short
     search = _search(tune)
     in_flight, most = [0], [0]
     lock = threading.Lock()
@@ -193,8 +227,9 @@ def test_a_trial_whose_metric_becomes_nan_is_stopped_as_diverged():
 
 
 def test_pruning_stops_weak_trials_by_successive_halving():
-    tune = _tune(_space(lr=ParamSpace("uniform", 0.0, 1.0)), method="random", trials=12, parallelism=1, prune=True,
-                 seed=3)
+    tune = _tune(
+        _space(lr=ParamSpace("uniform", 0.0, 1.0)), method="random", trials=12, parallelism=1, prune=True, seed=3
+    )
     search = _search(tune)
     epochs_run = {}
 
@@ -290,22 +325,31 @@ def test_grid_resume_redoes_only_the_missing_points(tmp_path):
     assert run_search(resumed, _complete(lambda p: 1.0), 2) == 3
     complete = [t.params for t in resumed.study.trials if t.state.name == "COMPLETE"]
     assert sorted(json.dumps(p, sort_keys=True) for p in complete) == sorted(
-        json.dumps({"train.lr": lr, "train.epochs": e}, sort_keys=True) for lr in (0.1, 0.01) for e in (1, 2))
+        json.dumps({"train.lr": lr, "train.epochs": e}, sort_keys=True) for lr in (0.1, 0.01) for e in (1, 2)
+    )
 
 
 def test_a_different_search_in_the_same_output_is_refused(tmp_path):
     space = _space(lr=ParamSpace("uniform", 0.0, 1.0))
     run_search(_search(_tune(space, method="random", trials=1), tmp_path), _complete(lambda p: 1.0), 1)
-    with pytest.raises(SparkmlParError, match=r"study.db holds a search with a different method, metric "
-                                              r"\(method: 'random', metric: 'val_loss'\); set tune.output"):
+    with pytest.raises(
+        SparkmlParError,
+        match=r"study.db holds a search with a different method, metric "
+        r"\(method: 'random', metric: 'val_loss'\); set tune.output",
+    ):
         _search(_tune(space, method="bayes", metric="val_accuracy"), tmp_path)
 
 
 # --- reports ---------------------------------------------------------------------------------------------
 
+
 def test_reports_hold_every_trial_and_the_best_config(tmp_path):
-    tune = _tune(_space(lr=ParamSpace("choice", values=[0.3, 0.1, 0.2]), model_args__hidden=ParamSpace("choice", values=[[8]])),
-                 method="grid", metric="val_accuracy", direction="maximize")
+    tune = _tune(
+        _space(lr=ParamSpace("choice", values=[0.3, 0.1, 0.2]), model_args__hidden=ParamSpace("choice", values=[[8]])),
+        method="grid",
+        metric="val_accuracy",
+        direction="maximize",
+    )
     tune.space = {"train.lr": tune.space["train.lr"], "train.model_args.hidden": tune.space["train.model_args__hidden"]}
     search = _search(tune, tmp_path)
 
@@ -323,7 +367,10 @@ def test_reports_hold_every_trial_and_the_best_config(tmp_path):
 
     table = list(csv.DictReader(csv_path.open()))
     assert [(r["number"], r["status"], r["train.lr"], r["train.model_args.hidden"]) for r in table] == [
-        ("0", "failed", "0.3", "[8]"), ("1", "complete", "0.1", "[8]"), ("2", "complete", "0.2", "[8]")]
+        ("0", "failed", "0.3", "[8]"),
+        ("1", "complete", "0.1", "[8]"),
+        ("2", "complete", "0.2", "[8]"),
+    ]
     assert table[0]["error"] == "ValueError: no" and table[1]["duration_s"] == "2.5"
     assert float(table[1]["score"]) == pytest.approx(0.9)
     assert json.loads(json_path.read_text())[1]["params"] == {"train.lr": 0.1, "train.model_args.hidden": [8]}
@@ -337,13 +384,21 @@ def test_reports_hold_every_trial_and_the_best_config(tmp_path):
 
 # A known objective over four parameters of the kinds a search has (log-scale, linear, integer):
 # its minimum 0 lies at lr=10^-2.5, momentum=0.9, weight_decay=0.3, epochs=7.
-_SYNTHETIC_SPACE = _space(lr=ParamSpace("loguniform", 1e-5, 1.0), momentum=ParamSpace("uniform", 0.0, 1.0),
-                          weight_decay=ParamSpace("uniform", 0.0, 1.0), epochs=ParamSpace("int", 1, 20))
+_SYNTHETIC_SPACE = _space(
+    lr=ParamSpace("loguniform", 1e-5, 1.0),
+    momentum=ParamSpace("uniform", 0.0, 1.0),
+    weight_decay=ParamSpace("uniform", 0.0, 1.0),
+    epochs=ParamSpace("int", 1, 20),
+)
 
 
 def _synthetic_objective(p: dict) -> float:
-    return ((math.log10(p["train.lr"]) + 2.5) ** 2 / 4 + 3 * (p["train.momentum"] - 0.9) ** 2
-            + 3 * (p["train.weight_decay"] - 0.3) ** 2 + ((p["train.epochs"] - 7) / 6) ** 2)
+    return (
+        (math.log10(p["train.lr"]) + 2.5) ** 2 / 4
+        + 3 * (p["train.momentum"] - 0.9) ** 2
+        + 3 * (p["train.weight_decay"] - 0.3) ** 2
+        + ((p["train.epochs"] - 7) / 6) ** 2
+    )
 
 
 def _seeds_where_bayes_beats_random(trials: int) -> list[int]:

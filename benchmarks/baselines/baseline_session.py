@@ -14,10 +14,16 @@ def build_session(num_slots: int, app_name: str):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    session = (SparkSession.builder.master(f"local[{num_slots}]").appName(app_name)
-               .config("spark.driver.host", LOOPBACK).config("spark.driver.bindAddress", LOOPBACK)
-               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-               .config("spark.pyspark.python", sys.executable).config("spark.pyspark.driver.python", sys.executable)
-               .getOrCreate())
+    session = (
+        SparkSession.builder.master(f"local[{num_slots}]")
+        .appName(app_name)
+        .config("spark.driver.host", LOOPBACK)
+        .config("spark.driver.bindAddress", LOOPBACK)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.pyspark.python", sys.executable)
+        .config("spark.pyspark.driver.python", sys.executable)
+        .getOrCreate()
+    )
     session.sparkContext.setLogLevel("ERROR")
     return session

@@ -71,19 +71,31 @@ def train_ddp(request: dict) -> dict:
         dist.barrier()
         started = time.perf_counter()
         for step in range(steps):
-            index = order[(step * batch) % len(x):][:batch]
+            index = order[(step * batch) % len(x) :][:batch]
             if len(index) < batch:  # the shard ran out: wrap around, as the trainer's reader does
-                index = torch.cat([index, order[:batch - len(index)]])
+                index = torch.cat([index, order[: batch - len(index)]])
             loss = F.cross_entropy(model(x[index]), y[index])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
         elapsed = time.perf_counter() - started
-        records.append({"epoch": epoch + 1, "epoch_time": elapsed, "samples_per_sec": steps * batch * size / elapsed,
-                        "loss": float(loss.detach())})
+        records.append(
+            {
+                "epoch": epoch + 1,
+                "epoch_time": elapsed,
+                "samples_per_sec": steps * batch * size / elapsed,
+                "loss": float(loss.detach()),
+            }
+        )
     dist.destroy_process_group()
-    return {"rank": rank, "size": size, "rows": len(x), "parameters": parameters, "history": records,
-            "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
+    return {
+        "rank": rank,
+        "size": size,
+        "rows": len(x),
+        "parameters": parameters,
+        "history": records,
+        "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+    }
 
 
 def run_request(num_proc: int, request: dict) -> dict:
@@ -129,10 +141,22 @@ def main(argv: list[str] | None = None) -> int:
             runs += 1
     finally:
         spark.stop()
-    print("RESULT " + json.dumps({
-        "versions": {"pyspark": pyspark.__version__, "torch": torch.__version__, "pyarrow": pyarrow.__version__,
-                     "python": sys.version.split()[0]},
-        "runs": runs, "driver_maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}), flush=True)
+    print(
+        "RESULT "
+        + json.dumps(
+            {
+                "versions": {
+                    "pyspark": pyspark.__version__,
+                    "torch": torch.__version__,
+                    "pyarrow": pyarrow.__version__,
+                    "python": sys.version.split()[0],
+                },
+                "runs": runs,
+                "driver_maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+            }
+        ),
+        flush=True,
+    )
     return 0
 
 

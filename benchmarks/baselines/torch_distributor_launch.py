@@ -37,8 +37,13 @@ def join_gloo_group() -> dict:
     initialized = time.time()
     rank, size = dist.get_rank(), dist.get_world_size()
     dist.destroy_process_group()
-    return {"fn_started": started, "initialized": initialized, "rank": rank, "size": size,
-            "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
+    return {
+        "fn_started": started,
+        "initialized": initialized,
+        "rank": rank,
+        "size": size,
+        "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+    }
 
 
 def time_one_launch(distributor) -> dict:
@@ -46,10 +51,16 @@ def time_one_launch(distributor) -> dict:
     out = distributor.run(join_gloo_group)
     returned = time.time()
     if not out or out.get("size") != distributor.num_processes:
-        raise RuntimeError(f"TorchDistributor returned {out!r}; expected a record from a group of "
-                           f"{distributor.num_processes} processes")
-    return {"init_s": out["initialized"] - called, "fn_start_s": out["fn_started"] - called,
-            "total_s": returned - called, "rank0_maxrss_kb": out["maxrss_kb"]}
+        raise RuntimeError(
+            f"TorchDistributor returned {out!r}; expected a record from a group of "
+            f"{distributor.num_processes} processes"
+        )
+    return {
+        "init_s": out["initialized"] - called,
+        "fn_start_s": out["fn_started"] - called,
+        "total_s": returned - called,
+        "rank0_maxrss_kb": out["maxrss_kb"],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,13 +86,18 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         spark.stop()
     result = {
-        "versions": {"pyspark": pyspark.__version__, "torch": torch.__version__, "pyarrow": pyarrow.__version__,
-                     "python": sys.version.split()[0]},
+        "versions": {
+            "pyspark": pyspark.__version__,
+            "torch": torch.__version__,
+            "pyarrow": pyarrow.__version__,
+            "python": sys.version.split()[0],
+        },
         "num_proc": args.num_proc,
         "warmup": warmup,
         "reps": reps,
         "median": {key: statistics.median(r[key] for r in reps) for key in ("init_s", "fn_start_s", "total_s")}
-        if reps else {},
+        if reps
+        else {},
         "driver_maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
     }
     print(RESULT_PREFIX + json.dumps(result), flush=True)

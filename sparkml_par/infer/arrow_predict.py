@@ -22,12 +22,13 @@ def output_schema(df, carried: list[str], task: str):
 
     fields = [df.schema[c] for c in carried]
     if task == "classification":
-        return StructType(fields + [StructField(PREDICTION, LongType()), StructField(PROBABILITIES, ArrayType(FloatType()))])
+        return StructType(
+            fields + [StructField(PREDICTION, LongType()), StructField(PROBABILITIES, ArrayType(FloatType()))]
+        )
     return StructType(fields + [StructField(PREDICTION, FloatType())])
 
 
-def predict_batches(artifact_dir: str, description: dict[str, Any], features: str, carried: list[str],
-                    batch_size: int):
+def predict_batches(artifact_dir: str, description: dict[str, Any], features: str, carried: list[str], batch_size: int):
     """The function mapInArrow runs: each Arrow batch's carried columns plus the model's outputs."""
     size = input_size(description)
 
@@ -46,8 +47,9 @@ def predict_batches(artifact_dir: str, description: dict[str, Any], features: st
                 continue
             # Rows were checked to hold exactly `size` values (inputs.checked_features): one flat buffer.
             flat = batch.column(features).flatten().to_numpy(zero_copy_only=False)
-            outputs = predictor.predict_batches(flat.astype(np.float32, copy=False).reshape(batch.num_rows, size),
-                                                batch_size)
+            outputs = predictor.predict_batches(
+                flat.astype(np.float32, copy=False).reshape(batch.num_rows, size), batch_size
+            )
             columns = [batch.column(c) for c in carried] + [pa.array(outputs[PREDICTION])]
             names = [*carried, PREDICTION]
             if PROBABILITIES in outputs:

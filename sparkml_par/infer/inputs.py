@@ -20,8 +20,14 @@ from sparkml_par.errors import SparkmlParError
 from sparkml_par.infer.predictor import input_size
 
 DEFAULT_SPLIT = "test"
-_EXTENSION_FORMATS = {"csv": "csv", "tsv": "csv", "json": "json", "jsonl": "json", "ndjson": "json",
-                      "parquet": "parquet"}
+_EXTENSION_FORMATS = {
+    "csv": "csv",
+    "tsv": "csv",
+    "json": "json",
+    "jsonl": "json",
+    "ndjson": "json",
+    "parquet": "parquet",
+}
 # The Spark error of a failed per-row check carries this prefix, so the driver can find the message.
 ROW_CHECK_PREFIX = "score input: "
 
@@ -31,7 +37,7 @@ class ScoringInput:
     """Rows with a `features` column, and for raw input the rows the dataset's checks rejected."""
 
     rows: Any
-    raw: bool                    # read and featurized here (False: the rows came prepared)
+    raw: bool  # read and featurized here (False: the rows came prepared)
     rejected: Any = None
     rows_in: int | None = None
     reasons: dict[str, int] = field(default_factory=dict)
@@ -52,21 +58,26 @@ def scoring_input(spark, df_or_path, description: dict[str, Any], source: str | 
         if FEATURES in df_or_path.columns:
             return ScoringInput(rows=df_or_path, raw=False)
         _require_raw_columns(df_or_path.columns, description)
-        return _featurized(spark, from_dataframe(df_or_path), dataset_manifest(spark, description["dataset"]),
-                           description["dataset"])
+        return _featurized(
+            spark, from_dataframe(df_or_path), dataset_manifest(spark, description["dataset"]), description["dataset"]
+        )
     path = os.fspath(df_or_path)
     url = qualify_url(path)
     fs = HadoopFs(spark, url)
     if not fs.exists(url):
-        raise SparkmlParError(f"score.input {path!r} does not exist; point score.input at a dataset directory "
-                              f"(data.output of sparkml-par prepare), one of its splits, a Parquet directory, or raw "
-                              f"CSV, JSON lines or image files")
+        raise SparkmlParError(
+            f"score.input {path!r} does not exist; point score.input at a dataset directory "
+            f"(data.output of sparkml-par prepare), one of its splits, a Parquet directory, or raw "
+            f"CSV, JSON lines or image files"
+        )
     manifest = read_manifest(spark, url)
     if manifest is not None:
         split = manifest[MANIFEST_SPLITS].get(DEFAULT_SPLIT)
         if split is None:
-            raise SparkmlParError(f"dataset {path!r} has no {DEFAULT_SPLIT!r} split (its splits are "
-                                  f"{', '.join(manifest[MANIFEST_SPLITS])}); set score.input to {path}/<split>")
+            raise SparkmlParError(
+                f"dataset {path!r} has no {DEFAULT_SPLIT!r} split (its splits are "
+                f"{', '.join(manifest[MANIFEST_SPLITS])}); set score.input to {path}/<split>"
+            )
         return ScoringInput(rows=_read_parquet(spark, f"{url}/{split['path']}", path), raw=False)
     source = source or _source_of_files(fs, url, path)
     if source == "parquet":
@@ -83,8 +94,9 @@ def _featurized(spark, ing, manifest: dict[str, Any], dataset_url: str) -> Scori
     from data_prep.score_rows import score_rows
 
     scored = score_rows(spark, ing, manifest, dataset_url)
-    return ScoringInput(rows=scored.rows, raw=True, rejected=scored.rejected, rows_in=scored.rows_in,
-                        reasons=scored.reasons)
+    return ScoringInput(
+        rows=scored.rows, raw=True, rejected=scored.rejected, rows_in=scored.rows_in, reasons=scored.reasons
+    )
 
 
 def _read_parquet(spark, url: str, path: str):
@@ -92,9 +104,11 @@ def _read_parquet(spark, url: str, path: str):
         return spark.read.parquet(url)
     except Exception as exc:  # Spark's AnalysisException: not Parquet, or an empty directory
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise SparkmlParError(f"score.input {path!r} cannot be read as Parquet ({first_line}); point it at a "
-                              f"dataset, a split or a Parquet directory, set score.source for raw CSV, JSON lines or "
-                              f"images, or pass a DataFrame to score()") from None
+        raise SparkmlParError(
+            f"score.input {path!r} cannot be read as Parquet ({first_line}); point it at a "
+            f"dataset, a split or a Parquet directory, set score.source for raw CSV, JSON lines or "
+            f"images, or pass a DataFrame to score()"
+        ) from None
 
 
 def _source_of_files(fs, url: str, path: str) -> str:
@@ -107,8 +121,10 @@ def _source_of_files(fs, url: str, path: str) -> str:
         formats.add(_EXTENSION_FORMATS.get(extension, "images" if extension in IMAGE_EXTENSIONS else "parquet"))
     if len(formats) != 1:
         found = ", ".join(sorted(formats)) or "no files"
-        raise SparkmlParError(f"score.input {path!r}: cannot tell its format from the file names ({found}); set "
-                              f"score.source to csv, json, parquet or images")
+        raise SparkmlParError(
+            f"score.input {path!r}: cannot tell its format from the file names ({found}); set "
+            f"score.source to csv, json, parquet or images"
+        )
     return formats.pop()
 
 
@@ -119,7 +135,8 @@ def _require_raw_columns(columns: list[str], description: dict[str, Any]) -> Non
         raise SparkmlParError(
             f"scoring input: {_describe_missing(missing or [FEATURES], columns)}; the model reads a prepared "
             f"{FEATURES!r} column or the raw columns {raw!r} it was prepared from (the input's columns are "
-            f"{', '.join(map(repr, columns))})")
+            f"{', '.join(map(repr, columns))})"
+        )
 
 
 def checked_features(df, description: dict[str, Any], id_column: str):
@@ -141,25 +158,31 @@ def checked_features(df, description: dict[str, Any], id_column: str):
             f"scoring input: column {FEATURES!r} has type {dtype.simpleString()}, but the model reads an array of "
             f"{size} numbers (array<float>) or an ML vector; pass the prepared dataset, or the raw columns "
             f"{description.get('raw_feature_columns')!r} without a {FEATURES!r} column so the feature pipeline "
-            f"builds it")
+            f"builds it"
+        )
     first = df.select(F.size(column).alias("n")).where(F.col("n") >= 0).limit(1).collect()
     if first and first[0]["n"] != size:
         raise SparkmlParError(
             f"scoring input: {FEATURES!r} arrays have {first[0]['n']} values, but the model expects {size} "
             f"(input shape {description['spec']['input_shape']}); score data prepared like the model's dataset "
-            f"{description.get('dataset')!r}")
+            f"{description.get('dataset')!r}"
+        )
     message = F.format_string(
         f"{ROW_CHECK_PREFIX}row with {id_column}=%s has %s {FEATURES} values but the model expects {size}; "
-        f"fix or remove that row", F.col(f"`{id_column}`").cast("string"),
-        F.coalesce(F.size(column).cast("string"), F.lit("null")))
+        f"fix or remove that row",
+        F.col(f"`{id_column}`").cast("string"),
+        F.coalesce(F.size(column).cast("string"), F.lit("null")),
+    )
     return F.when(F.size(column) == size, column).otherwise(F.raise_error(message))
 
 
 def require_id_column(df, id_column: str) -> None:
     if id_column not in df.columns:
-        raise SparkmlParError(f"score.id_column: {_describe_missing([id_column], df.columns)}; set score.id_column "
-                              f"to a column that identifies rows (the input's columns are "
-                              f"{', '.join(map(repr, df.columns))})")
+        raise SparkmlParError(
+            f"score.id_column: {_describe_missing([id_column], df.columns)}; set score.id_column "
+            f"to a column that identifies rows (the input's columns are "
+            f"{', '.join(map(repr, df.columns))})"
+        )
 
 
 def label_column(df, description: dict[str, Any]) -> str | None:
@@ -182,5 +205,5 @@ def user_error_in(exc: BaseException) -> SparkmlParError | None:
     start = text.find(ROW_CHECK_PREFIX)
     if start < 0:
         return None
-    line = text[start + len(ROW_CHECK_PREFIX):].splitlines()[0]
+    line = text[start + len(ROW_CHECK_PREFIX) :].splitlines()[0]
     return SparkmlParError(f"scoring input: {line.split(' SQLSTATE')[0].rstrip('. ')}")

@@ -57,8 +57,7 @@ def classification_metrics(pair_counts: dict[tuple[int | None, int], int], num_c
         "labels_invalid": invalid,
         "accuracy": correct / evaluated if evaluated else None,
         # None where the ratio is 0/0: a class never predicted has no precision, one never seen no recall.
-        "precision": [matrix[k][k] / predicted_totals[k] if predicted_totals[k] else None
-                      for k in range(num_classes)],
+        "precision": [matrix[k][k] / predicted_totals[k] if predicted_totals[k] else None for k in range(num_classes)],
         "recall": [matrix[k][k] / sum(matrix[k]) if sum(matrix[k]) else None for k in range(num_classes)],
         "confusion_matrix": matrix,
     }
@@ -68,10 +67,18 @@ def _regression(predictions, label: str) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
     error = F.col(PREDICTION).cast("double") - F.expr(f"try_cast(`{label}` AS double)")
-    row = predictions.agg(F.count(error).alias("evaluated"), F.count(F.lit(1)).alias("rows"),
-                          F.avg(error * error).alias("mse"), F.avg(F.abs(error)).alias("mae")).first()
-    return {"rows_evaluated": int(row["evaluated"]), "rows_unlabelled": int(row["rows"] - row["evaluated"]),
-            "mse": row["mse"], "mae": row["mae"]}
+    row = predictions.agg(
+        F.count(error).alias("evaluated"),
+        F.count(F.lit(1)).alias("rows"),
+        F.avg(error * error).alias("mse"),
+        F.avg(F.abs(error)).alias("mae"),
+    ).first()
+    return {
+        "rows_evaluated": int(row["evaluated"]),
+        "rows_unlabelled": int(row["rows"] - row["evaluated"]),
+        "mse": row["mse"],
+        "mae": row["mae"],
+    }
 
 
 def metrics_summary(metrics: dict[str, Any]) -> list[str]:
@@ -84,11 +91,15 @@ def metrics_summary(metrics: dict[str, Any]) -> list[str]:
         width = max(len(str(v)) for row in metrics["confusion_matrix"] for v in row)
         lines += ["    " + " ".join(f"{v:>{width}}" for v in row) for row in metrics["confusion_matrix"]]
         if metrics["labels_invalid"]:
-            lines.append(f"  labels that are no class of the model (outside 0..{len(metrics['confusion_matrix']) - 1}, "
-                         f"not an integer, or an unknown name): {metrics['labels_invalid']} rows (counted as wrong)")
+            lines.append(
+                f"  labels that are no class of the model (outside 0..{len(metrics['confusion_matrix']) - 1}, "
+                f"not an integer, or an unknown name): {metrics['labels_invalid']} rows (counted as wrong)"
+            )
     else:
-        lines = [f"  mse           {_number(metrics['mse'])}",
-                 f"  mae           {_number(metrics['mae'])} over {metrics['rows_evaluated']} labelled rows"]
+        lines = [
+            f"  mse           {_number(metrics['mse'])}",
+            f"  mae           {_number(metrics['mae'])} over {metrics['rows_evaluated']} labelled rows",
+        ]
     if metrics["rows_unlabelled"]:
         lines.append(f"  unlabelled    {metrics['rows_unlabelled']} rows (not evaluated)")
     return lines

@@ -43,13 +43,15 @@ class Predictor:
         out = self.model(x.reshape([-1] + self.input_shape)).float()
         if self.task == "classification":
             probabilities = torch.softmax(out, dim=1)
-            return {PREDICTION: probabilities.argmax(dim=1).cpu().numpy().astype(np.int64),
-                    PROBABILITIES: probabilities.cpu().numpy()}
+            return {
+                PREDICTION: probabilities.argmax(dim=1).cpu().numpy().astype(np.int64),
+                PROBABILITIES: probabilities.cpu().numpy(),
+            }
         return {PREDICTION: out.reshape(len(out), -1)[:, 0].cpu().numpy()}
 
     def predict_batches(self, features: np.ndarray, batch_size: int) -> dict[str, np.ndarray]:
         """All rows of an in-memory matrix, `batch_size` rows per model call, outputs concatenated."""
-        parts = [self.predict(features[start:start + batch_size]) for start in range(0, len(features), batch_size)]
+        parts = [self.predict(features[start : start + batch_size]) for start in range(0, len(features), batch_size)]
         return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]} if parts else {}
 
 

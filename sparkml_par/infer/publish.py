@@ -26,8 +26,10 @@ def check_output(spark, url: str) -> None:
     clear_leftovers(spark, url)
     fs = HadoopFs(spark, url)
     if fs.exists(url) and not fs.exists(f"{url}/{SCORE_METRICS}"):
-        raise SparkmlParError(f"score.output {url!r} already exists and holds no predictions (no {SCORE_METRICS}); "
-                              f"choose another score.output or remove it")
+        raise SparkmlParError(
+            f"score.output {url!r} already exists and holds no predictions (no {SCORE_METRICS}); "
+            f"choose another score.output or remove it"
+        )
 
 
 def write_metrics_file(spark, staging: str, payload: dict[str, Any]) -> None:

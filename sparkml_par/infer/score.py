@@ -33,11 +33,12 @@ class ScoreResult:
     rows: int
     metrics: dict[str, Any] | None
     seconds: float
-    rejected: dict[str, Any] | None = None   # raw input rows the dataset's checks rejected, by reason
+    rejected: dict[str, Any] | None = None  # raw input rows the dataset's checks rejected, by reason
 
 
-def score(spark, df_or_path, model_dir: str, id_column: str = ROW_ID, batch_size: int = 1024,
-          source: str | None = None):
+def score(
+    spark, df_or_path, model_dir: str, id_column: str = ROW_ID, batch_size: int = 1024, source: str | None = None
+):
     """Lazy DataFrame of predictions for a DataFrame or a path (see inputs.scoring_input) scored by an artifact.
 
     Raw rows that fail the checks of the model's dataset are not scored; `score_job` keeps them, with
@@ -49,16 +50,20 @@ def score(spark, df_or_path, model_dir: str, id_column: str = ROW_ID, batch_size
     return _predictions(spark, df_or_path, model_dir, description, id_column, batch_size, source)[0]
 
 
-def _predictions(spark, df_or_path, model_dir: str, description: dict[str, Any], id_column: str, batch_size: int,
-                 source: str | None):
+def _predictions(
+    spark, df_or_path, model_dir: str, description: dict[str, Any], id_column: str, batch_size: int, source: str | None
+):
     """(lazy predictions, the scoring input they come from) for the artifact at model_dir."""
     if batch_size < 1:
         raise SparkmlParError(f"score.batch_size={batch_size!r}: rows per model call must be at least 1")
     scoring = inputs.scoring_input(spark, df_or_path, description, source)
     df = scoring.rows
     if scoring.raw and id_column == ROW_ID:
-        log.info("rows are identified by %s, a hash of each row's content; set score.id_column to name an id "
-                 "column of the input instead", ROW_ID)
+        log.info(
+            "rows are identified by %s, a hash of each row's content; set score.id_column to name an id "
+            "column of the input instead",
+            ROW_ID,
+        )
     inputs.require_id_column(df, id_column)
     label = inputs.label_column(df, description)
     features = inputs.checked_features(df, description, id_column)
@@ -97,8 +102,9 @@ def _score_job(spark, cfg: Config, step: JobName) -> ScoreResult:
     model_dir = cfg.score.model or f"{cfg.train.output.rstrip('/')}/{MODEL_DIR}"
     _, description = load_model_artifact(model_dir)
     source = cfg.score.input or f"{description['dataset']}/{inputs.DEFAULT_SPLIT}"
-    predictions, scoring = _predictions(spark, source, model_dir, description, cfg.score.id_column,
-                                        cfg.score.batch_size, cfg.score.source)
+    predictions, scoring = _predictions(
+        spark, source, model_dir, description, cfg.score.id_column, cfg.score.batch_size, cfg.score.source
+    )
     label = description.get("label_column") if description.get("label_column") in predictions.columns else None
 
     started = time.monotonic()
@@ -113,11 +119,27 @@ def _score_job(spark, cfg: Config, step: JobName) -> ScoreResult:
         written = spark.read.parquet(staging)  # evaluate what was written: the model does not run again
         rows = written.count()
         log.info("scored %d rows in %.1f s (%.0f rows/s)", rows, seconds, rows / max(seconds, 1e-9))
-        evaluation = (metrics.evaluate(written, label, description["task"], int(description["num_classes"] or 0),
-                                       description.get("classes")) if label else None)
-        publish.write_metrics_file(spark, staging, {
-            "model": model_dir, "input": source, "rows": rows, "task": description["task"],
-            "columns": written.columns, "seconds": round(seconds, 3), "rejected": rejected, "metrics": evaluation})
+        evaluation = (
+            metrics.evaluate(
+                written, label, description["task"], int(description["num_classes"] or 0), description.get("classes")
+            )
+            if label
+            else None
+        )
+        publish.write_metrics_file(
+            spark,
+            staging,
+            {
+                "model": model_dir,
+                "input": source,
+                "rows": rows,
+                "task": description["task"],
+                "columns": written.columns,
+                "seconds": round(seconds, 3),
+                "rejected": rejected,
+                "metrics": evaluation,
+            },
+        )
         publish.publish(spark, staging, url)
     except BaseException:
         publish.discard(spark, staging)
@@ -132,8 +154,12 @@ def _write_rejected(scoring: inputs.ScoringInput, staging: str) -> dict[str, Any
         return None
     if scoring.reasons:
         scoring.rejected.write.parquet(f"{staging}/{SCORE_QUARANTINE_DIR}")
-    return {"path": SCORE_QUARANTINE_DIR, "rows": sum(scoring.reasons.values()), "rows_in": scoring.rows_in,
-            "reasons": scoring.reasons}
+    return {
+        "path": SCORE_QUARANTINE_DIR,
+        "rows": sum(scoring.reasons.values()),
+        "rows_in": scoring.rows_in,
+        "reasons": scoring.reasons,
+    }
 
 
 def _run_spark_action(action, source: str) -> None:
@@ -158,12 +184,16 @@ def _local_artifact_path(model_dir: str) -> str:
 
 
 def summary(result: ScoreResult) -> str:
-    lines = [f"predictions {result.output}",
-             f"  rows          {result.rows}",
-             f"  {result.seconds:.1f} s, {result.rows / max(result.seconds, 1e-9):.0f} rows/s"]
+    lines = [
+        f"predictions {result.output}",
+        f"  rows          {result.rows}",
+        f"  {result.seconds:.1f} s, {result.rows / max(result.seconds, 1e-9):.0f} rows/s",
+    ]
     if result.rejected and result.rejected["rows"]:
-        lines.append(f"  rejected      {result.rejected['rows']} of {result.rejected['rows_in']} input rows, in "
-                     f"{result.output}/{result.rejected['path']}")
+        lines.append(
+            f"  rejected      {result.rejected['rows']} of {result.rejected['rows_in']} input rows, in "
+            f"{result.output}/{result.rejected['path']}"
+        )
         lines += [f"    {reason:<28} {n}" for reason, n in result.rejected["reasons"].items()]
     if result.metrics is None:
         lines.append("  no label column in the input: predictions not evaluated")

@@ -37,5 +37,6 @@ def barrier_task(spec: RankSpec):
 def barrier_job(sc, spec: RankSpec, num_proc: int, description: str) -> BackgroundJob:
     """The barrier stage of num_proc ranks, started in the background; its result is the ranks' values in rank order."""
     rdd = sc.parallelize(range(num_proc), num_proc).barrier().mapPartitions(barrier_task(spec)).repartition(1)
-    return BackgroundJob(sc, lambda: [value for _, value in sorted(rdd.collect(), key=lambda pair: pair[0])],
-                         description)
+    return BackgroundJob(
+        sc, lambda: [value for _, value in sorted(rdd.collect(), key=lambda pair: pair[0])], description
+    )

@@ -36,6 +36,7 @@ PEER_LOST_ERRORS = ("HorovodInternalError",)
 @dataclass
 class RankStatus:
     """What the driver knows about each rank, filled in as events arrive."""
+
     started: dict[int, float] = field(default_factory=dict)
     joining: dict[int, float] = field(default_factory=dict)
     initialized: dict[int, float] = field(default_factory=dict)
@@ -75,6 +76,7 @@ class RankStatus:
 @dataclass(frozen=True)
 class ChannelSnapshot:
     """The channel's state at one moment, taken under its lock."""
+
     status: RankStatus
     # The failed attempt's stderr tails, also those that arrived after the next attempt started.
     previous_stderr_tails: dict[int, list[str]]
@@ -99,8 +101,9 @@ class DriverChannel:
         self._server = _Server((host, 0), _handler_for(self))
         self.address = self._server.server_address[:2]
         self._closed_down = False
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02},
-                                        name="rank-channel", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, name="rank-channel", daemon=True
+        )
         self._thread.start()
 
     def snapshot(self) -> ChannelSnapshot:
@@ -144,8 +147,12 @@ class DriverChannel:
 
     def _start_next_attempt(self, task_id: int) -> None:
         """Called with the lock held when a rank of a new stage attempt says it started."""
-        if (self._status.failed and self._status.retryable() and self._status.attempt < self._attempts
-                and task_id > self._attempt_max_task_id):
+        if (
+            self._status.failed
+            and self._status.retryable()
+            and self._status.attempt < self._attempts
+            and task_id > self._attempt_max_task_id
+        ):
             self._stale_below = self._attempt_max_task_id + 1
             self._previous_stderr_tails = dict(self._status.stderr_tails)
             self._status = RankStatus(attempt=self._status.attempt + 1)
@@ -218,6 +225,7 @@ def _handler_for(channel: DriverChannel):
                     channel._receive(message, task_id)
             if started:  # a rank's own connection; the stderr forwarder's closing says nothing
                 channel._closed(rank, task_id)
+
     return Handler
 
 

@@ -25,15 +25,25 @@ class Rendezvous:
         from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer
 
         self._httpd = RendezvousHTTPServer((bind_ip, 0), RendezvousHandler, 0)
-        self._httpd.init([
-            SlotInfo(hostname=s.host, rank=s.rank, local_rank=s.local_rank, cross_rank=s.cross_rank,
-                     size=s.size, local_size=s.local_size, cross_size=s.cross_size)
-            for s in plan
-        ])
+        self._httpd.init(
+            [
+                SlotInfo(
+                    hostname=s.host,
+                    rank=s.rank,
+                    local_rank=s.local_rank,
+                    cross_rank=s.cross_rank,
+                    size=s.size,
+                    local_size=s.local_size,
+                    cross_size=s.cross_size,
+                )
+                for s in plan
+            ]
+        )
         self.address = self._httpd.server_address[:2]
         # shutdown() waits for the serve loop's next poll: at the default 0.5 s that delayed every launch.
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02},
-                                        name="horovod-rendezvous", daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, name="horovod-rendezvous", daemon=True
+        )
         self._thread.start()
 
     def stop(self) -> None:
@@ -56,12 +66,17 @@ def interface_for(ip: str) -> str:
     for name, addresses in psutil.net_if_addrs().items():
         if any(a.family == socket.AF_INET and a.address == ip for a in addresses):
             return name
-    held = sorted(f"{name} {a.address}" for name, addresses in psutil.net_if_addrs().items()
-                  for a in addresses if a.family == socket.AF_INET)
+    held = sorted(
+        f"{name} {a.address}"
+        for name, addresses in psutil.net_if_addrs().items()
+        for a in addresses
+        if a.family == socket.AF_INET
+    )
     raise SparkmlParError(
         f"no network interface on {socket.gethostname()} holds the task address {ip} that Spark gave the other "
         f"ranks (this host has {', '.join(held)}); Gloo could not reach this rank. Set SPARK_LOCAL_IP on this "
-        f"host's worker to one of its own addresses that the other hosts reach")
+        f"host's worker to one of its own addresses that the other hosts reach"
+    )
 
 
 def gloo_env(slot: RankSlot, rendezvous: tuple[str, int], iface: str, timeout: float) -> dict[str, str]:
@@ -85,8 +100,10 @@ def init_horovod(slot: RankSlot) -> None:
     got = (hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), hvd.cross_rank(), hvd.cross_size())
     want = (slot.rank, slot.size, slot.local_rank, slot.local_size, slot.cross_rank, slot.cross_size)
     if got != want:
-        raise SparkmlParError(f"Horovod started as (rank, size, local_rank, local_size, cross_rank, cross_size)"
-                              f"={got}, but the launch planned {want}; check HOROVOD_* variables in env=")
+        raise SparkmlParError(
+            f"Horovod started as (rank, size, local_rank, local_size, cross_rank, cross_size)"
+            f"={got}, but the launch planned {want}; check HOROVOD_* variables in env="
+        )
     # Once this returns, every rank has joined the collective.
     hvd.allreduce(torch.zeros(1), name="sparkml_par.joined")
 

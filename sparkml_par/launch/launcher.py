@@ -75,10 +75,16 @@ class Launcher:
         try:
             what = f"barrier stage of {num_proc} ranks"
             caller = current_description(sc) or f"sparkml_par {getattr(fn, '__name__', 'fn')}"
-            job = barrier_job(sc, self._spec(fn, args, kwargs, env, channel), num_proc,
-                              f"{caller}: {what}")  # "train: barrier stage of 2 ranks"
-            return supervise(job, channel, self._limits(what, num_proc, attempts), progress,
-                             capacity=lambda: concurrent_task_slots(sc))
+            job = barrier_job(
+                sc, self._spec(fn, args, kwargs, env, channel), num_proc, f"{caller}: {what}"
+            )  # "train: barrier stage of 2 ranks"
+            return supervise(
+                job,
+                channel,
+                self._limits(what, num_proc, attempts),
+                progress,
+                capacity=lambda: concurrent_task_slots(sc),
+            )
         finally:
             _close(channel, progress)
 
@@ -86,8 +92,16 @@ class Launcher:
         return Limits(what, num_proc, self.timeout, self.rendezvous_timeout, self.progress_timeout, attempts)
 
     def _spec(self, fn, args, kwargs, env: dict[str, str], channel: DriverChannel) -> RankSpec:
-        return RankSpec(fn=fn, args=tuple(args), kwargs=dict(kwargs), env=env, channel_address=channel.address,
-                        token=channel.token, timeout=self.timeout, use_gpu=self.use_gpu)
+        return RankSpec(
+            fn=fn,
+            args=tuple(args),
+            kwargs=dict(kwargs),
+            env=env,
+            channel_address=channel.address,
+            token=channel.token,
+            timeout=self.timeout,
+            use_gpu=self.use_gpu,
+        )
 
 
 def _close(channel: DriverChannel, progress: Callable[[int, dict], None]) -> None:
@@ -103,8 +117,10 @@ def _spark_context(spark):
 
     session = spark or SparkSession.getActiveSession()
     if session is None:
-        raise SparkmlParError("no active SparkSession for a barrier launch; build one with "
-                              "sparkml_par.session.get_or_create_session(config.spark), or use mode='local'")
+        raise SparkmlParError(
+            "no active SparkSession for a barrier launch; build one with "
+            "sparkml_par.session.get_or_create_session(config.spark), or use mode='local'"
+        )
     return session.sparkContext
 
 

@@ -38,8 +38,12 @@ class LocalJob:
         self._collected: dict[int, tuple[bool, Any]] = {}
         spec_bytes = cloudpickle.dumps(spec)
         self._processes = [
-            context.Process(target=_rank_main, name=f"sparkml_par-rank-{slot.rank}", daemon=True,
-                            args=(spec_bytes, plan, slot.task, self._results))
+            context.Process(
+                target=_rank_main,
+                name=f"sparkml_par-rank-{slot.rank}",
+                daemon=True,
+                args=(spec_bytes, plan, slot.task, self._results),
+            )
             for slot in plan
         ]
         for process in self._processes:
@@ -48,8 +52,9 @@ class LocalJob:
     def _drain(self, block_seconds: float = 0.0) -> None:
         while len(self._collected) < len(self._processes):
             try:
-                rank, ok, payload = self._results.get(timeout=block_seconds) if block_seconds \
-                    else self._results.get_nowait()
+                rank, ok, payload = (
+                    self._results.get(timeout=block_seconds) if block_seconds else self._results.get_nowait()
+                )
             except queue.Empty:
                 return
             self._collected[rank] = (ok, payload)

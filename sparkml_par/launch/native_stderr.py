@@ -33,7 +33,11 @@ class NativeStderr:
             self._saved = os.dup(2)
             self._child = subprocess.Popen(
                 [sys.executable, "-m", __name__, str(address[0]), str(address[1]), str(rank), str(task_id)],
-                stdin=subprocess.PIPE, stdout=self._saved, stderr=subprocess.DEVNULL, close_fds=True)
+                stdin=subprocess.PIPE,
+                stdout=self._saved,
+                stderr=subprocess.DEVNULL,
+                close_fds=True,
+            )
             self._child.stdin.write(token.encode("ascii") + b"\n")
             self._child.stdin.flush()
             os.dup2(self._child.stdin.fileno(), 2)

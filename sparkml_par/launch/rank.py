@@ -27,6 +27,7 @@ FAILURE_MARKER = "SPARKML_PAR_RANK_FAILURE"
 @dataclass(frozen=True)
 class RankSpec:
     """Plain values a rank needs; captured by the barrier closure, so no live handles in here."""
+
     fn: Callable[..., Any]
     args: tuple
     kwargs: dict
@@ -49,6 +50,7 @@ class RankFailure(RuntimeError):
 @dataclass
 class RankContext:
     """Handed to code running inside a rank (through `current_rank()`) to report progress."""
+
     slot: RankSlot
     channel: RankChannel
     gpu_addresses: tuple[str, ...]
@@ -74,8 +76,9 @@ def current_rank() -> RankContext | None:
     return _current
 
 
-def run_rank(spec: RankSpec, plan: list[RankSlot], task: int, own_ip: str, gpu_addresses: tuple[str, ...] = (),
-             task_id: int = 0) -> Any:
+def run_rank(
+    spec: RankSpec, plan: list[RankSlot], task: int, own_ip: str, gpu_addresses: tuple[str, ...] = (), task_id: int = 0
+) -> Any:
     """Runs spec.fn as the rank that `plan` gives task number `task`; rank 0 hosts the rendezvous.
 
     The rendezvous stays up until rank 0's function returns, so Horovod's own API works inside it
@@ -136,8 +139,10 @@ def run_rank(spec: RankSpec, plan: list[RankSlot], task: int, own_ip: str, gpu_a
 def _bind_gpu(addresses: tuple[str, ...]) -> None:
     """Expose exactly the task's GPUs; inside the process the first of them is cuda:0."""
     if not addresses:
-        raise RuntimeError("use_gpu is on but Spark assigned this task no GPU "
-                           "(set spark.task.resource.gpu.amount and the executor's GPU discovery script)")
+        raise RuntimeError(
+            "use_gpu is on but Spark assigned this task no GPU "
+            "(set spark.task.resource.gpu.amount and the executor's GPU discovery script)"
+        )
     os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(addresses)
     import torch
 

@@ -48,10 +48,17 @@ def build_rank_plan(task_hosts: list[str]) -> list[RankSlot]:
     for host, tasks in hosts.items():
         for local_rank, task in enumerate(tasks):
             peers = hosts_at_local_rank[local_rank]
-            slots.append(RankSlot(
-                task=task, host=host, rank=rank, size=len(task_hosts),
-                local_rank=local_rank, local_size=len(tasks),
-                cross_rank=peers.index(host), cross_size=len(peers),
-            ))
+            slots.append(
+                RankSlot(
+                    task=task,
+                    host=host,
+                    rank=rank,
+                    size=len(task_hosts),
+                    local_rank=local_rank,
+                    local_size=len(tasks),
+                    cross_rank=peers.index(host),
+                    cross_size=len(peers),
+                )
+            )
             rank += 1
     return sorted(slots, key=lambda s: s.task)

@@ -48,12 +48,16 @@ def describe_slots(sc, slots: int) -> str:
         text = f"{master}: {match.group(1)} executors × {match.group(2)} cores / spark.task.cpus={task_cpus}"
     else:
         executors = sc._jsc.sc().getExecutorIds().size()  # a Scala Seq
-        text = (f"{executors} executors × spark.executor.cores={conf.get('spark.executor.cores', '?')}"
-                f" / spark.task.cpus={task_cpus}")
+        text = (
+            f"{executors} executors × spark.executor.cores={conf.get('spark.executor.cores', '?')}"
+            f" / spark.task.cpus={task_cpus}"
+        )
     gpu_task = conf.get("spark.task.resource.gpu.amount", None)
     if gpu_task:
-        text += (f", GPUs: spark.executor.resource.gpu.amount="
-                 f"{conf.get('spark.executor.resource.gpu.amount', '?')} / spark.task.resource.gpu.amount={gpu_task}")
+        text += (
+            f", GPUs: spark.executor.resource.gpu.amount="
+            f"{conf.get('spark.executor.resource.gpu.amount', '?')} / spark.task.resource.gpu.amount={gpu_task}"
+        )
     return f"{slots} task slots ({text})"
 
 
@@ -81,6 +85,7 @@ def check_barrier_launch(sc, num_proc: int, wait_seconds: float = 30.0) -> int:
             f" — a barrier stage needs all its tasks running at once"
         )
     if slots < 1:
-        raise SparkmlParError(f"the cluster has no task slots yet ({describe_slots(sc, slots)}); "
-                              f"check that executors started")
+        raise SparkmlParError(
+            f"the cluster has no task slots yet ({describe_slots(sc, slots)}); check that executors started"
+        )
     return slots

@@ -35,8 +35,9 @@ _ERROR_LINE = re.compile(r"error|exception|terminate called|what\(\)|abort|fatal
 class LaunchError(SparkmlParError):
     """A launch that failed; `rank`, `host` and `remote_traceback` are set when a rank raised."""
 
-    def __init__(self, message: str, rank: int | None = None, host: str | None = None,
-                 remote_traceback: str | None = None):
+    def __init__(
+        self, message: str, rank: int | None = None, host: str | None = None, remote_traceback: str | None = None
+    ):
         super().__init__(message)
         self.rank, self.host, self.remote_traceback = rank, host, remote_traceback
 
@@ -50,6 +51,7 @@ class Job(Protocol):
 @dataclasses.dataclass(frozen=True)
 class Limits:
     """What a launch allows: its ranks, attempts and time limits (see supervise)."""
+
     what: str  # "barrier stage of 2 ranks", for messages
     num_proc: int
     timeout: float
@@ -62,6 +64,7 @@ class Limits:
 class Memory:
     """What the supervisor remembers between looks: when it submitted the job (time.monotonic()), the lines
     it logged and when it first saw each attempt fail."""
+
     submitted: float
     logged: frozenset[tuple[str, int]] = frozenset()
     failed_since: tuple[tuple[int, float], ...] = ()
@@ -70,6 +73,7 @@ class Memory:
 @dataclasses.dataclass(frozen=True)
 class Decision:
     """What to do after one look: log these lines, and fail with `error` (cancelling the job) when set."""
+
     memory: Memory
     logs: tuple[tuple[int, str], ...] = ()
     error: LaunchError | None = None
@@ -77,8 +81,13 @@ class Decision:
     wait_after_cancel: bool = False
 
 
-def supervise(job: Job, channel: DriverChannel, limits: Limits, on_progress: Callable[[int, dict], None],
-              capacity: Callable[[], int] | None = None) -> list[Any]:
+def supervise(
+    job: Job,
+    channel: DriverChannel,
+    limits: Limits,
+    on_progress: Callable[[int, dict], None],
+    capacity: Callable[[], int] | None = None,
+) -> list[Any]:
     """Waits for the job, looking at the channel every 0.2 s: snapshot, decide, act.
 
     Each look hands the progress records that arrived to `on_progress` (user code, run on this thread),
@@ -118,12 +127,14 @@ def supervise(job: Job, channel: DriverChannel, limits: Limits, on_progress: Cal
             raise _failure_error(status, limits.attempts) from None
         if match := _FAILURE_PATTERN.search(str(exc)):
             raise _rank_error(json.loads(match.group(1))) from None
-        raise LaunchError(f"{limits.what}: failed before any rank reported an error:\n"
-                          f"{_python_error(str(exc))}") from exc
+        raise LaunchError(
+            f"{limits.what}: failed before any rank reported an error:\n{_python_error(str(exc))}"
+        ) from exc
 
 
-def decide(snapshot: ChannelSnapshot, memory: Memory, limits: Limits, now: float, wall_time: float,
-           slots: int | None) -> Decision:
+def decide(
+    snapshot: ChannelSnapshot, memory: Memory, limits: Limits, now: float, wall_time: float, slots: int | None
+) -> Decision:
     """What one look at the ranks calls for. Pure, so each case is a unit test.
 
     `now` is time.monotonic() (the clock of submitted, failed_since and status.since), `wall_time` is
@@ -134,15 +145,21 @@ def decide(snapshot: ChannelSnapshot, memory: Memory, limits: Limits, now: float
     logs: list[tuple[int, str]] = []
 
     def decision(error: LaunchError | None = None, wait_after_cancel: bool = False) -> Decision:
-        remembered = dataclasses.replace(memory, logged=frozenset(logged),
-                                         failed_since=tuple(sorted(failed_since.items())))
+        remembered = dataclasses.replace(
+            memory, logged=frozenset(logged), failed_since=tuple(sorted(failed_since.items()))
+        )
         return Decision(remembered, tuple(logs), error, wait_after_cancel)
 
     if status.failed:
         retrying = status.retryable() and status.attempt < limits.attempts
         if retrying and ("retry", status.attempt) not in logged:
-            logs.append((logging.WARNING, f"{what}, attempt {status.attempt} of {limits.attempts}: "
-                                          f"{str(_failure_error(status)).splitlines()[0]}; Spark reruns the stage"))
+            logs.append(
+                (
+                    logging.WARNING,
+                    f"{what}, attempt {status.attempt} of {limits.attempts}: "
+                    f"{str(_failure_error(status)).splitlines()[0]}; Spark reruns the stage",
+                )
+            )
             logged.add(("retry", status.attempt))
         # A rank that died sends its last stderr lines from a child process: give them a moment.
         waited = now - failed_since.setdefault(status.attempt, now)
@@ -150,30 +167,49 @@ def decide(snapshot: ChannelSnapshot, memory: Memory, limits: Limits, now: float
             return decision()
         repeated = _repeated_native_error(status, snapshot.previous_stderr_tails)
         # Spark notices a lost executor within seconds: the cluster's slots are asked about for that long.
-        shrunk = (slots if retrying and status.lost and slots is not None and slots < num_proc
-                  and waited <= _CAPACITY_WAIT else None)
+        shrunk = (
+            slots
+            if retrying and status.lost and slots is not None and slots < num_proc and waited <= _CAPACITY_WAIT
+            else None
+        )
         if retrying and not repeated and shrunk is None:
             return decision()
         return decision(_failure_error(status, limits.attempts, repeated, shrunk), wait_after_cancel=True)
     if ("initialized", status.attempt) not in logged and len(status.initialized) == num_proc:
         hosts = sorted(set(status.hosts.values()))
-        logs.append((logging.INFO, f"{what}: {num_proc} ranks initialized in {now - status.since:.2f} s, ranks on "
-                                   f"{len(hosts)} host{'' if len(hosts) == 1 else 's'} ({', '.join(hosts)})"))
+        logs.append(
+            (
+                logging.INFO,
+                f"{what}: {num_proc} ranks initialized in {now - status.since:.2f} s, ranks on "
+                f"{len(hosts)} host{'' if len(hosts) == 1 else 's'} ({', '.join(hosts)})",
+            )
+        )
         logged.add(("initialized", status.attempt))
     if len(status.initialized) < num_proc and now - status.since > limits.rendezvous_timeout:
         return decision(LaunchError(_rendezvous_timeout_message(what, status, num_proc, limits.rendezvous_timeout)))
     if limits.progress_timeout and len(status.initialized) == num_proc:
-        silent = sorted(rank for rank in range(num_proc) if rank not in status.finished
-                        and wall_time - status.last_seen.get(rank, 0.0) > limits.progress_timeout)
+        silent = sorted(
+            rank
+            for rank in range(num_proc)
+            if rank not in status.finished and wall_time - status.last_seen.get(rank, 0.0) > limits.progress_timeout
+        )
         if silent:
-            return decision(LaunchError(
-                f"{what}: ranks {silent} made no progress for {limits.progress_timeout:g} s (no step, log or "
-                f"heartbeat); the stage was cancelled instead of waiting forever. A stalled rank is usually "
-                f"stuck in I/O or in a collective another rank never joined; raise train.step_timeout if "
-                f"steps are legitimately that slow", rank=silent[0]))
+            return decision(
+                LaunchError(
+                    f"{what}: ranks {silent} made no progress for {limits.progress_timeout:g} s (no step, log or "
+                    f"heartbeat); the stage was cancelled instead of waiting forever. A stalled rank is usually "
+                    f"stuck in I/O or in a collective another rank never joined; raise train.step_timeout if "
+                    f"steps are legitimately that slow",
+                    rank=silent[0],
+                )
+            )
     if now - memory.submitted > limits.timeout:
-        return decision(LaunchError(f"{what}: did not finish within timeout={limits.timeout:g} s; the stage was "
-                                    f"cancelled (ranks finished: {sorted(status.finished)})"))
+        return decision(
+            LaunchError(
+                f"{what}: did not finish within timeout={limits.timeout:g} s; the stage was "
+                f"cancelled (ranks finished: {sorted(status.finished)})"
+            )
+        )
     return decision()
 
 
@@ -184,9 +220,11 @@ def _rendezvous_timeout_message(what: str, status: RankStatus, num_proc: int, re
     never_started = sorted(ranks - set(status.started))
     detail = f" (ranks {never_started} never started)" if never_started else ""
     waited = f"; ranks {waiting} were waiting for them" if waiting else ""
-    return (f"{what}: ranks {missing} of {num_proc} did not reach the Horovod rendezvous within "
-            f"{rendezvous_timeout:g} s{detail}{waited}; the stage was cancelled. Check those ranks' logs above, "
-            f"or raise the rendezvous timeout if executors are slow to start")
+    return (
+        f"{what}: ranks {missing} of {num_proc} did not reach the Horovod rendezvous within "
+        f"{rendezvous_timeout:g} s{detail}{waited}; the stage was cancelled. Check those ranks' logs above, "
+        f"or raise the rendezvous timeout if executors are slow to start"
+    )
 
 
 def _native_error(lines: list[str] | None) -> str | None:
@@ -215,16 +253,18 @@ def _masked(line: str) -> str:
     return re.sub(r"\d+", "#", line)
 
 
-def _failure_error(status: RankStatus, attempts: int = 1, repeated: str | None = None,
-                   shrunk: int | None = None) -> LaunchError:
+def _failure_error(
+    status: RankStatus, attempts: int = 1, repeated: str | None = None, shrunk: int | None = None
+) -> LaunchError:
     """A rank whose process died before the first reported failure is the cause; the failures that
     follow are its peers losing it in a collective."""
     first = status.first_failure()
     # A peer's "Horovod has been shut down" names no culprit: a rank that died is the cause even when its
     # closed connection was noticed a moment after the peer's error arrived.
     peer_lost = first is not None and first.get("error", "").startswith(PEER_LOST_ERRORS)
-    died = sorted((at, rank) for rank, at in status.lost.items()
-                  if first is None or peer_lost or at <= first["received"])
+    died = sorted(
+        (at, rank) for rank, at in status.lost.items() if first is None or peer_lost or at <= first["received"]
+    )
     if not died:
         return _rank_error(first)
     rank = died[0][1]
@@ -233,22 +273,31 @@ def _failure_error(status: RankStatus, attempts: int = 1, repeated: str | None =
     where = f" after its last progress record {progress}" if progress else " before reporting any progress"
     followed = f"; then rank {first['rank']} failed: {first.get('error', '')}" if first else ""
     if shrunk is not None:
-        retries = (f"; the cluster now has {shrunk} task slot{'' if shrunk == 1 else 's'}, fewer than the ranks "
-                   f"(host {host} left it?), so Spark cannot run the stage again: bring the host back or lower "
-                   f"num_proc, then run again")
+        retries = (
+            f"; the cluster now has {shrunk} task slot{'' if shrunk == 1 else 's'}, fewer than the ranks "
+            f"(host {host} left it?), so Spark cannot run the stage again: bring the host back or lower "
+            f"num_proc, then run again"
+        )
     elif repeated:
-        retries = (f" in attempt {status.attempt} of {attempts} with the same error as in attempt "
-                   f"{status.attempt - 1} ({repeated}), so the stage is not run again: it would fail the same way")
+        retries = (
+            f" in attempt {status.attempt} of {attempts} with the same error as in attempt "
+            f"{status.attempt - 1} ({repeated}), so the stage is not run again: it would fail the same way"
+        )
     elif attempts > 1:
-        retries = (f" in attempt {status.attempt} of {attempts} (spark.stage.maxConsecutiveAttempts), so no attempt "
-                   f"is left")
+        retries = (
+            f" in attempt {status.attempt} of {attempts} (spark.stage.maxConsecutiveAttempts), so no attempt is left"
+        )
     else:
         retries = ""
     tail = status.stderr_tails.get(rank)
     seen = (f"\n--- last lines of rank {rank}'s stderr ---\n" + "\n".join(tail[-_TAIL_SHOWN:])) if tail else ""
-    return LaunchError(f"rank {rank} on host {host} died without raising an error (its process exited: killed, "
-                       f"out of memory, or a crash in native code){where}{retries}{followed}{seen}",
-                       rank=rank, host=host, remote_traceback="\n".join(tail) if tail else None)
+    return LaunchError(
+        f"rank {rank} on host {host} died without raising an error (its process exited: killed, "
+        f"out of memory, or a crash in native code){where}{retries}{followed}{seen}",
+        rank=rank,
+        host=host,
+        remote_traceback="\n".join(tail) if tail else None,
+    )
 
 
 def _rank_error(failure: dict) -> LaunchError:
@@ -257,7 +306,9 @@ def _rank_error(failure: dict) -> LaunchError:
     return LaunchError(
         f"rank {rank} on host {host} failed: {failure.get('error', '')}\n--- remote traceback (rank {rank}) ---\n"
         f"{remote.rstrip()}",
-        rank=rank, host=host, remote_traceback=remote,
+        rank=rank,
+        host=host,
+        remote_traceback=remote,
     )
 
 
@@ -267,6 +318,7 @@ def _python_error(text: str) -> str:
     start = next((i for i, line in enumerate(lines) if "Traceback (most recent call last)" in line), None)
     if start is None:
         return "\n".join(lines[:5])
-    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("\tat ") or not lines[i].strip()),
-               len(lines))
+    end = next(
+        (i for i in range(start + 1, len(lines)) if lines[i].startswith("\tat ") or not lines[i].strip()), len(lines)
+    )
     return "\n".join(lines[start:end])

@@ -37,8 +37,11 @@ class ImageRows(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         channels, height, width = self.shape
-        return x.reshape(x.shape[0], channels, height, width).permute(0, 2, 1, 3).reshape(x.shape[0], height,
-                                                                                          channels * width)
+        return (
+            x.reshape(x.shape[0], channels, height, width)
+            .permute(0, 2, 1, 3)
+            .reshape(x.shape[0], height, channels * width)
+        )
 
 
 class Reshape(nn.Module):
@@ -50,8 +53,10 @@ class Reshape(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if math.prod(x.shape[1:]) != math.prod(self.shape):
-            raise SparkmlParError(f"model input of shape {tuple(x.shape[1:])} per sample does not fit the declared "
-                                  f"input_shape {list(self.shape)}; check the dataset's feature size")
+            raise SparkmlParError(
+                f"model input of shape {tuple(x.shape[1:])} per sample does not fit the declared "
+                f"input_shape {list(self.shape)}; check the dataset's feature size"
+            )
         return x.reshape(x.shape[0], *self.shape)
 
     def extra_repr(self) -> str:

@@ -29,8 +29,14 @@ class MLP(nn.Sequential):
 
 
 @register_model("mlp")
-def build_mlp(*, input_shape: tuple[int, ...], num_outputs: int, hidden: list[int] = (256, 256),
-              dropout: float = 0.0, batchnorm: bool = False) -> MLP:
+def build_mlp(
+    *,
+    input_shape: tuple[int, ...],
+    num_outputs: int,
+    hidden: list[int] = (256, 256),
+    dropout: float = 0.0,
+    batchnorm: bool = False,
+) -> MLP:
     """Builder for `train.model: mlp`; model_args: hidden (layer widths), dropout, batchnorm."""
     if any(int(size) < 1 for size in hidden):
         raise ConfigError(f"train.model_args.hidden: layer widths must be positive, got {list(hidden)!r}")

@@ -25,13 +25,16 @@ _BUILDERS: dict[str, ModelBuilder] = {}
 def register_model(name: str) -> Callable[[ModelBuilder], ModelBuilder]:
     """Decorator that makes a builder available as `train.model: <name>`."""
     if ":" in name:
-        raise ConfigError(f"model name {name!r} may not contain ':'; a colon marks an import path "
-                          f"'pkg.module:function'")
+        raise ConfigError(
+            f"model name {name!r} may not contain ':'; a colon marks an import path 'pkg.module:function'"
+        )
 
     def decorate(builder: ModelBuilder) -> ModelBuilder:
         if _BUILDERS.get(name, builder) is not builder:
-            raise ConfigError(f"model name {name!r} is already registered by {_BUILDERS[name].__module__}; "
-                              f"pick another name for {builder.__module__}.{builder.__qualname__}")
+            raise ConfigError(
+                f"model name {name!r} is already registered by {_BUILDERS[name].__module__}; "
+                f"pick another name for {builder.__module__}.{builder.__qualname__}"
+            )
         _BUILDERS[name] = builder
         return builder
 
@@ -51,38 +54,51 @@ def build_model(name: str, args: dict[str, Any], *, input_shape: tuple[int, ...]
         # Bind before calling so a wrong model_args key is reported as such, not as a TypeError from inside.
         inspect.signature(builder).bind(**kwargs)
     except TypeError as exc:
-        raise ConfigError(f"train.model_args {args!r} do not fit model {name!r}: {exc}; "
-                          f"its parameters are {_parameters(builder)}") from None
+        raise ConfigError(
+            f"train.model_args {args!r} do not fit model {name!r}: {exc}; its parameters are {_parameters(builder)}"
+        ) from None
     model = builder(**kwargs)
     if not isinstance(model, nn.Module):
         raise ConfigError(f"model builder {name!r} returned {type(model).__name__}, not a torch.nn.Module")
     return model
 
 
-def model_spec(name: str, args: dict[str, Any], input_shape: tuple[int, ...], num_outputs: int,
-               target_scale: tuple[float, float] | None = None) -> dict[str, Any]:
+def model_spec(
+    name: str,
+    args: dict[str, Any],
+    input_shape: tuple[int, ...],
+    num_outputs: int,
+    target_scale: tuple[float, float] | None = None,
+) -> dict[str, Any]:
     """A JSON-able description from which `build_from_spec` rebuilds the same architecture.
 
     `target_scale` (a regression label's mean and standard deviation) ends the model with a TargetScale.
     """
-    spec = {"name": name, "args": dict(args), "input_shape": [int(d) for d in input_shape],
-            "num_outputs": int(num_outputs)}
+    spec = {
+        "name": name,
+        "args": dict(args),
+        "input_shape": [int(d) for d in input_shape],
+        "num_outputs": int(num_outputs),
+    }
     if target_scale is not None:
         spec["target_scale"] = [float(v) for v in target_scale]
     try:
         # The round trip also turns tuples into lists, so a spec equals itself after saving and loading.
         return json.loads(json.dumps(spec))
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"train.model_args {args!r} must hold plain values (numbers, strings, lists, "
-                          f"mappings) so the model can be saved and rebuilt: {exc}") from None
+        raise ConfigError(
+            f"train.model_args {args!r} must hold plain values (numbers, strings, lists, "
+            f"mappings) so the model can be saved and rebuilt: {exc}"
+        ) from None
 
 
 def build_from_spec(spec: dict[str, Any]) -> nn.Module:
     """Rebuilds a model from a saved `model_spec` (weights are loaded separately)."""
     from sparkml_par.models.layers import TargetScale
 
-    model = build_model(spec["name"], spec["args"], input_shape=tuple(spec["input_shape"]),
-                        num_outputs=spec["num_outputs"])
+    model = build_model(
+        spec["name"], spec["args"], input_shape=tuple(spec["input_shape"]), num_outputs=spec["num_outputs"]
+    )
     if "target_scale" not in spec:
         return model
     scale = TargetScale(*spec["target_scale"])
@@ -97,8 +113,10 @@ def _resolve(name: str) -> ModelBuilder:
         return _BUILDERS[name]
     close = difflib.get_close_matches(name, list(_BUILDERS), n=1, cutoff=0.5)
     hint = f"did you mean {close[0]!r}? " if close else ""
-    raise ConfigError(f"train.model: unknown model {name!r}; {hint}registered models are "
-                      f"{', '.join(registered_models())}, or give an import path 'pkg.module:function'")
+    raise ConfigError(
+        f"train.model: unknown model {name!r}; {hint}registered models are "
+        f"{', '.join(registered_models())}, or give an import path 'pkg.module:function'"
+    )
 
 
 def _import_builder(path: str) -> ModelBuilder:
@@ -108,8 +126,10 @@ def _import_builder(path: str) -> ModelBuilder:
     try:
         builder = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"train.model: cannot load {path!r}: {type(exc).__name__}: {exc}; check that the "
-                          f"module is installed on the driver and every executor") from None
+        raise ConfigError(
+            f"train.model: cannot load {path!r}: {type(exc).__name__}: {exc}; check that the "
+            f"module is installed on the driver and every executor"
+        ) from None
     if not callable(builder):
         raise ConfigError(f"train.model: {path!r} is a {type(builder).__name__}, not a function")
     return builder

@@ -31,13 +31,14 @@ def to_sequential(model: nn.Module) -> nn.Sequential:
         return model
     if hasattr(model, "as_sequential"):
         return model.as_sequential()
-    raise ConfigError(f"train.pipeline_stages > 1 needs a model made of consecutive layers, but "
-                      f"{type(model).__name__} is not an nn.Sequential and has no as_sequential() method; "
-                      f"set train.pipeline_stages=1 or give the model an as_sequential() method")
+    raise ConfigError(
+        f"train.pipeline_stages > 1 needs a model made of consecutive layers, but "
+        f"{type(model).__name__} is not an nn.Sequential and has no as_sequential() method; "
+        f"set train.pipeline_stages=1 or give the model an as_sequential() method"
+    )
 
 
-def split_into_stages(seq: nn.Sequential, num_stages: int,
-                      boundaries: list[int] | None = None) -> list[nn.Sequential]:
+def split_into_stages(seq: nn.Sequential, num_stages: int, boundaries: list[int] | None = None) -> list[nn.Sequential]:
     """Cuts `seq` into `num_stages` consecutive stages sharing its layers.
 
     `boundaries` are the layer indices where stages 2..num_stages begin; without them the cut
@@ -47,8 +48,10 @@ def split_into_stages(seq: nn.Sequential, num_stages: int,
     if num_stages < 1:
         raise ConfigError(f"train.pipeline_stages: {num_stages!r} must be at least 1")
     if num_stages > len(layers):
-        raise ConfigError(f"train.pipeline_stages={num_stages} but the model has only {len(layers)} layers; "
-                          f"use at most {len(layers)} stages")
+        raise ConfigError(
+            f"train.pipeline_stages={num_stages} but the model has only {len(layers)} layers; "
+            f"use at most {len(layers)} stages"
+        )
     if boundaries is None:
         weights = [sum(p.numel() for p in layer.parameters()) for layer in layers]
         boundaries = _balanced_boundaries(weights, num_stages)
@@ -61,11 +64,15 @@ def split_into_stages(seq: nn.Sequential, num_stages: int,
 
 def _check_boundaries(boundaries: list[int], num_stages: int, num_layers: int) -> None:
     if len(boundaries) != num_stages - 1:
-        raise ConfigError(f"pipeline boundaries {boundaries!r}: {num_stages} stages need {num_stages - 1} "
-                          f"boundaries (the layer index where each stage after the first begins)")
+        raise ConfigError(
+            f"pipeline boundaries {boundaries!r}: {num_stages} stages need {num_stages - 1} "
+            f"boundaries (the layer index where each stage after the first begins)"
+        )
     if any(not 0 < b < num_layers for b in boundaries) or boundaries != sorted(set(boundaries)):
-        raise ConfigError(f"pipeline boundaries {boundaries!r} must be strictly increasing layer indices "
-                          f"between 1 and {num_layers - 1} (the model has {num_layers} layers)")
+        raise ConfigError(
+            f"pipeline boundaries {boundaries!r} must be strictly increasing layer indices "
+            f"between 1 and {num_layers - 1} (the model has {num_layers} layers)"
+        )
 
 
 def _balanced_boundaries(weights: list[int], num_stages: int) -> list[int]:
@@ -107,8 +114,10 @@ class StagedModel(nn.Module):
     def __init__(self, stages: Sequence[nn.Module], devices: Sequence[torch.device | str], micro_batches: int = 1):
         super().__init__()
         if len(devices) != len(stages):
-            raise ConfigError(f"pipeline has {len(stages)} stages but {len(devices)} devices "
-                              f"({[str(d) for d in devices]}); give one device per stage")
+            raise ConfigError(
+                f"pipeline has {len(stages)} stages but {len(devices)} devices "
+                f"({[str(d) for d in devices]}); give one device per stage"
+            )
         if micro_batches < 1:
             raise ConfigError(f"train.micro_batches: {micro_batches!r} must be at least 1")
         self.devices = [torch.device(d) for d in devices]
@@ -116,8 +125,13 @@ class StagedModel(nn.Module):
         self.micro_batches = micro_batches
 
     @classmethod
-    def from_model(cls, model: nn.Module, devices: Sequence[torch.device | str], micro_batches: int = 1,
-                   boundaries: list[int] | None = None) -> "StagedModel":
+    def from_model(
+        cls,
+        model: nn.Module,
+        devices: Sequence[torch.device | str],
+        micro_batches: int = 1,
+        boundaries: list[int] | None = None,
+    ) -> "StagedModel":
         """Splits `model` into one stage per device (see `split_into_stages`)."""
         return cls(split_into_stages(to_sequential(model), len(devices), boundaries), devices, micro_batches)
 

@@ -24,8 +24,13 @@ from sparkml_par.errors import SparkmlParError
 from sparkml_par.models.registry import build_from_spec
 
 
-def write_model_artifact(directory: str | os.PathLike, state_dict: dict[str, torch.Tensor],
-                         description: dict[str, Any], metrics: dict[str, Any], config_yaml: str) -> Path:
+def write_model_artifact(
+    directory: str | os.PathLike,
+    state_dict: dict[str, torch.Tensor],
+    description: dict[str, Any],
+    metrics: dict[str, Any],
+    config_yaml: str,
+) -> Path:
     """`description` holds at least `spec` (see models.registry.model_spec) and the dataset facts."""
     target = Path(directory)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -46,12 +51,16 @@ def load_model_artifact(directory: str | os.PathLike) -> tuple[nn.Module, dict[s
     """(model in eval mode on the CPU, description); clear errors for a missing or incomplete artifact."""
     path = Path(str(directory).removeprefix("file://"))
     if not path.is_dir():
-        raise SparkmlParError(f"model artifact {str(directory)!r} does not exist; train a model first "
-                              f"(sparkml-par train) or point score.model at an artifact directory")
+        raise SparkmlParError(
+            f"model artifact {str(directory)!r} does not exist; train a model first "
+            f"(sparkml-par train) or point score.model at an artifact directory"
+        )
     missing = [name for name in (WEIGHTS, MODEL_DESCRIPTION) if not (path / name).is_file()]
     if missing:
-        raise SparkmlParError(f"model artifact {str(directory)!r} is incomplete: {', '.join(missing)} missing; "
-                              f"re-run training to write it again")
+        raise SparkmlParError(
+            f"model artifact {str(directory)!r} is incomplete: {', '.join(missing)} missing; "
+            f"re-run training to write it again"
+        )
     description = json.loads((path / MODEL_DESCRIPTION).read_text())
     model = build_from_spec(description["spec"])
     model.load_state_dict(torch.load(path / WEIGHTS, map_location="cpu", weights_only=True))

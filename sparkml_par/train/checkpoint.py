@@ -40,8 +40,13 @@ def checkpoint_fingerprint(model_spec: dict[str, Any], cfg: TrainConfig, dataset
     Only settings that change what the saved state means are included (optimizer, scheduler,
     precision), so a run may be resumed with more epochs or another learning rate.
     """
-    fingerprint = {"model": model_spec, "optimizer": cfg.optimizer, "scheduler": cfg.scheduler,
-                   "precision": cfg.precision, "dataset": dataset_fingerprint}
+    fingerprint = {
+        "model": model_spec,
+        "optimizer": cfg.optimizer,
+        "scheduler": cfg.scheduler,
+        "precision": cfg.precision,
+        "dataset": dataset_fingerprint,
+    }
     return json.loads(json.dumps(fingerprint, sort_keys=True))
 
 
@@ -109,10 +114,13 @@ def capture_rng_state() -> dict[str, Any]:
     _, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
     state = {
         "torch": torch.get_rng_state(),
-        "numpy": {"keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos), "has_gauss": int(has_gauss),
-                  "cached_gaussian": float(cached_gaussian)},
-        "python": {"version": version, "internal": torch.tensor(internal, dtype=torch.int64),
-                   "gauss_next": gauss_next},
+        "numpy": {
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached_gaussian),
+        },
+        "python": {"version": version, "internal": torch.tensor(internal, dtype=torch.int64), "gauss_next": gauss_next},
     }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
@@ -123,11 +131,17 @@ def restore_rng_state(state: dict[str, Any]) -> None:
     """Restores what `capture_rng_state` captured; CUDA states only where CUDA is available."""
     torch.set_rng_state(state["torch"])
     numpy_state = state["numpy"]
-    np.random.set_state(("MT19937", numpy_state["keys"].numpy().astype(np.uint32), numpy_state["pos"],
-                         numpy_state["has_gauss"], numpy_state["cached_gaussian"]))
+    np.random.set_state(
+        (
+            "MT19937",
+            numpy_state["keys"].numpy().astype(np.uint32),
+            numpy_state["pos"],
+            numpy_state["has_gauss"],
+            numpy_state["cached_gaussian"],
+        )
+    )
     python_state = state["python"]
-    random.setstate((python_state["version"], tuple(python_state["internal"].tolist()),
-                     python_state["gauss_next"]))
+    random.setstate((python_state["version"], tuple(python_state["internal"].tolist()), python_state["gauss_next"]))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
 
@@ -180,17 +194,20 @@ def _check_plain(value: Any, where: str) -> None:
     if type(value) in (dict, OrderedDict):
         for key, item in value.items():
             if type(key) not in (str, int):
-                raise TypeError(f"checkpoint {where} has a key {key!r} of type {type(key).__name__}; "
-                                f"use str or int keys")
+                raise TypeError(
+                    f"checkpoint {where} has a key {key!r} of type {type(key).__name__}; use str or int keys"
+                )
             _check_plain(item, f"{where}[{key!r}]")
         return
     if type(value) in (list, tuple):
         for i, item in enumerate(value):
             _check_plain(item, f"{where}[{i}]")
         return
-    raise TypeError(f"checkpoint {where} is a {type(value).__module__}.{type(value).__qualname__}; checkpoints "
-                    f"hold only tensors, dicts, lists, tuples, str, int, float, bool and None "
-                    f"(convert arrays with torch.from_numpy, numpy scalars with float() or int())")
+    raise TypeError(
+        f"checkpoint {where} is a {type(value).__module__}.{type(value).__qualname__}; checkpoints "
+        f"hold only tensors, dicts, lists, tuples, str, int, float, bool and None "
+        f"(convert arrays with torch.from_numpy, numpy scalars with float() or int())"
+    )
 
 
 def _canonical(value: Any) -> str:
@@ -206,9 +223,11 @@ def _mismatch_message(path: Path, found: Any, expected: Any) -> str:
         f"{key}: {_canonical(old)} in the checkpoint, {_canonical(new)} now"
         for key, old, new in _differences(found, expected, "")
     )
-    return (f"checkpoint {path} was written for fingerprint {_short_hash(found)} but this run has fingerprint "
-            f"{_short_hash(expected)} ({differences}); use a new train.output directory for a different "
-            f"model or config, or set train.resume=never to start over in this one")
+    return (
+        f"checkpoint {path} was written for fingerprint {_short_hash(found)} but this run has fingerprint "
+        f"{_short_hash(expected)} ({differences}); use a new train.output directory for a different "
+        f"model or config, or set train.resume=never to start over in this one"
+    )
 
 
 def _differences(old: Any, new: Any, prefix: str) -> list[tuple[str, Any, Any]]:

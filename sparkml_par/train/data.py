@@ -25,8 +25,20 @@ warnings.filterwarnings("ignore", message="Please use make_reader", category=Use
 
 
 class ShardBatches:
-    def __init__(self, url: str, rank: int, size: int, batch_size: int, *, label: str, shuffle: bool, seed: int,
-                 shuffle_buffer: int = 0, cache: bool = False, label_dtype: torch.dtype = torch.int64):
+    def __init__(
+        self,
+        url: str,
+        rank: int,
+        size: int,
+        batch_size: int,
+        *,
+        label: str,
+        shuffle: bool,
+        seed: int,
+        shuffle_buffer: int = 0,
+        cache: bool = False,
+        label_dtype: torch.dtype = torch.int64,
+    ):
         self.url, self.rank, self.size = url, rank, size
         self.label = label  # the user's label column, as the dataset's manifest names it
         self.batch_size = batch_size
@@ -53,8 +65,10 @@ class ShardBatches:
         """The whole shard once, in file order, in batches: for evaluation."""
         for x, y in self._read(num_epochs=1, seed=None):
             for start in range(0, len(x), self.batch_size):
-                yield (torch.from_numpy(x[start:start + self.batch_size]),
-                       torch.as_tensor(y[start:start + self.batch_size], dtype=self.label_dtype))
+                yield (
+                    torch.from_numpy(x[start : start + self.batch_size]),
+                    torch.as_tensor(y[start : start + self.batch_size], dtype=self.label_dtype),
+                )
 
     def _passes(self, rng: np.random.Generator) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """The shard over and over, each pass a reader of its own with a seed drawn from rng.
@@ -89,15 +103,22 @@ class ShardBatches:
                 order = rng.permutation(len(buffer_x))
                 buffer_x, buffer_y = buffer_x[order], buffer_y[order]
             while len(buffer_x) >= self.batch_size + held:
-                yield buffer_x[:self.batch_size], buffer_y[:self.batch_size]
-                buffer_x, buffer_y = buffer_x[self.batch_size:], buffer_y[self.batch_size:]
+                yield buffer_x[: self.batch_size], buffer_y[: self.batch_size]
+                buffer_x, buffer_y = buffer_x[self.batch_size :], buffer_y[self.batch_size :]
 
     def _read(self, num_epochs: int | None, seed: int | None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         from petastorm import make_batch_reader
 
-        with make_batch_reader(self.url, schema_fields=[FEATURES, self.label], cur_shard=self.rank,
-                               shard_count=self.size, num_epochs=num_epochs, workers_count=1,
-                               shuffle_row_groups=self.shuffle and seed is not None, seed=seed) as reader:
+        with make_batch_reader(
+            self.url,
+            schema_fields=[FEATURES, self.label],
+            cur_shard=self.rank,
+            shard_count=self.size,
+            num_epochs=num_epochs,
+            workers_count=1,
+            shuffle_row_groups=self.shuffle and seed is not None,
+            seed=seed,
+        ) as reader:
             for batch in reader:
                 yield _stack(getattr(batch, FEATURES)), np.array(getattr(batch, self.label))
 

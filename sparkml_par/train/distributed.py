@@ -27,8 +27,9 @@ def size() -> int:
     return _hvd().size()
 
 
-def distributed_optimizer(optimizer: torch.optim.Optimizer, model: nn.Module, fp16_compression: bool,
-                          backward_passes_per_step: int) -> torch.optim.Optimizer:
+def distributed_optimizer(
+    optimizer: torch.optim.Optimizer, model: nn.Module, fp16_compression: bool, backward_passes_per_step: int
+) -> torch.optim.Optimizer:
     """Gradients averaged over ranks by ring all-reduce; with k backward passes per step, accumulated
     locally k times before one all-reduce (gradient accumulation without extra communication).
 
@@ -37,9 +38,12 @@ def distributed_optimizer(optimizer: torch.optim.Optimizer, model: nn.Module, fp
     """
     hvd = _hvd()
     return hvd.DistributedOptimizer(
-        optimizer, named_parameters=model.named_parameters(),
+        optimizer,
+        named_parameters=model.named_parameters(),
         compression=hvd.Compression.fp16 if fp16_compression else hvd.Compression.none,
-        backward_passes_per_step=backward_passes_per_step, op=hvd.Average, groups=1,
+        backward_passes_per_step=backward_passes_per_step,
+        op=hvd.Average,
+        groups=1,
     )
 
 
@@ -72,10 +76,13 @@ def convert_sync_batchnorm(model: nn.Module) -> nn.Module:
     for name, child in model.named_children():
         if isinstance(child, nn.modules.batchnorm._BatchNorm):
             if not child.weight.is_cuda:
-                raise ConfigError("train.sync_batchnorm=true needs GPU ranks: Horovod's SyncBatchNorm runs on CUDA "
-                                  "only; set spark.use_gpu=true or turn sync_batchnorm off")
-            sync = hvd.SyncBatchNorm(child.num_features, child.eps, child.momentum, child.affine,
-                                     child.track_running_stats).to(child.weight.device)
+                raise ConfigError(
+                    "train.sync_batchnorm=true needs GPU ranks: Horovod's SyncBatchNorm runs on CUDA "
+                    "only; set spark.use_gpu=true or turn sync_batchnorm off"
+                )
+            sync = hvd.SyncBatchNorm(
+                child.num_features, child.eps, child.momentum, child.affine, child.track_running_stats
+            ).to(child.weight.device)
             sync.load_state_dict(child.state_dict())
             setattr(model, name, sync)
         else:

@@ -23,8 +23,9 @@ class EarlyStopping:
         if mode not in ("min", "max"):
             raise ConfigError(f"train.early_stopping.mode: {mode!r} is not 'min' or 'max'")
         if patience < 0 or min_delta < 0:
-            raise ConfigError(f"train.early_stopping: patience={patience!r} and min_delta={min_delta!r} "
-                              f"must not be negative")
+            raise ConfigError(
+                f"train.early_stopping: patience={patience!r} and min_delta={min_delta!r} must not be negative"
+            )
         self.monitor = monitor
         self.mode = mode
         self.patience = patience

@@ -51,8 +51,14 @@ class TrainResult:
 
 def local_path(url: str) -> str:
     """Rank 0 writes checkpoints and the artifact with plain file I/O: a local or mounted directory."""
-    return str(local_directory(url, "train.output", "rank 0 writes checkpoints and the artifact with plain file "
-                                                    "I/O, so the driver and the rank-0 executor must share it"))
+    return str(
+        local_directory(
+            url,
+            "train.output",
+            "rank 0 writes checkpoints and the artifact with plain file "
+            "I/O, so the driver and the rank-0 executor must share it",
+        )
+    )
 
 
 def build_train_job(manifest: dict[str, Any], dataset_url: str, cfg: Config, num_proc: int) -> TrainJob:
@@ -65,14 +71,21 @@ def build_train_job(manifest: dict[str, Any], dataset_url: str, cfg: Config, num
             f"data.max_shards={num_proc} (a multiple of the rank count) and run sparkml-par prepare again"
         )
     if cfg.train.batch_size < num_proc:
-        raise SparkmlParError(f"train.batch_size={cfg.train.batch_size} is smaller than train.num_proc={num_proc}; "
-                              f"every rank needs at least one row per batch")
+        raise SparkmlParError(
+            f"train.batch_size={cfg.train.batch_size} is smaller than train.num_proc={num_proc}; "
+            f"every rank needs at least one row per batch"
+        )
     task = manifest[MANIFEST_TASK]
     _check_monitor(cfg, task, validation=splits.get("validation", {}).get("rows", 0) >= num_proc)
     outputs = manifest[MANIFEST_NUM_CLASSES] if task == "classification" else 1
     scale = manifest.get(MANIFEST_LABEL_SCALE)
-    spec = model_spec(cfg.train.model, cfg.train.model_args, tuple(manifest[MANIFEST_FEATURE_SHAPE]), outputs,
-                      target_scale=(scale["mean"], scale["std"]) if task == "regression" and scale else None)
+    spec = model_spec(
+        cfg.train.model,
+        cfg.train.model_args,
+        tuple(manifest[MANIFEST_FEATURE_SHAPE]),
+        outputs,
+        target_scale=(scale["mean"], scale["std"]) if task == "regression" and scale else None,
+    )
     build_from_spec(spec)  # a wrong model name or argument fails here, on the driver, not in every rank
     root = dataset_url.rstrip("/")
     return TrainJob(
@@ -85,9 +98,13 @@ def build_train_job(manifest: dict[str, Any], dataset_url: str, cfg: Config, num
         fingerprint=checkpoint_fingerprint(spec, cfg.train, manifest[MANIFEST_FINGERPRINT]),
         output=local_path(cfg.train.output),
         description={
-            "spec": spec, "task": task, "num_classes": manifest[MANIFEST_NUM_CLASSES],
-            "classes": manifest.get(MANIFEST_CLASSES), "feature_shape": manifest[MANIFEST_FEATURE_SHAPE],
-            "dataset": root, "dataset_fingerprint": manifest[MANIFEST_FINGERPRINT],
+            "spec": spec,
+            "task": task,
+            "num_classes": manifest[MANIFEST_NUM_CLASSES],
+            "classes": manifest.get(MANIFEST_CLASSES),
+            "feature_shape": manifest[MANIFEST_FEATURE_SHAPE],
+            "dataset": root,
+            "dataset_fingerprint": manifest[MANIFEST_FINGERPRINT],
             "feature_pipeline": manifest.get(MANIFEST_FEATURE_PIPELINE),
             "raw_feature_columns": manifest.get(MANIFEST_RAW_COLUMNS, []),
             "raw_feature_types": manifest.get(MANIFEST_RAW_TYPES, {}),
@@ -105,10 +122,15 @@ def _check_monitor(cfg: Config, task: str, validation: bool) -> None:
         return
     known = epoch_record_metrics(task, validation)
     if stopping.monitor not in known:
-        why = "" if validation or not stopping.monitor.startswith("val_") else (
-            " (the dataset's validation split has fewer rows than ranks, so no val_* metric is reported)")
-        raise SparkmlParError(f"train.early_stopping.monitor: {stopping.monitor!r} is not a metric of this run"
-                              f"{why}; choose one of {', '.join(known)}")
+        why = (
+            ""
+            if validation or not stopping.monitor.startswith("val_")
+            else (" (the dataset's validation split has fewer rows than ranks, so no val_* metric is reported)")
+        )
+        raise SparkmlParError(
+            f"train.early_stopping.monitor: {stopping.monitor!r} is not a metric of this run"
+            f"{why}; choose one of {', '.join(known)}"
+        )
 
 
 def train(spark, cfg: Config) -> TrainResult:
@@ -119,38 +141,67 @@ def train(spark, cfg: Config) -> TrainResult:
     dataset_url = qualify_url(cfg.data.output)
     manifest = read_manifest(spark, dataset_url)
     if manifest is None:
-        raise SparkmlParError(f"no dataset at data.output={cfg.data.output!r} (no _manifest.json); "
-                              f"run `sparkml-par prepare` with the same config first")
+        raise SparkmlParError(
+            f"no dataset at data.output={cfg.data.output!r} (no _manifest.json); "
+            f"run `sparkml-par prepare` with the same config first"
+        )
     num_proc = cfg.train.num_proc
     if num_proc == 0 and cfg.train.launcher == "barrier":
         num_proc = check_barrier_launch(spark.sparkContext, 0)
     job = build_train_job(manifest, dataset_url, cfg, num_proc or 1)
     if cfg.train.pipeline_stages > 1 and not cfg.spark.use_gpu:
-        log.warning("train.pipeline_stages=%d on CPU ranks: the stages share each rank's one device, so the split "
-                    "model runs no faster (it only tests the split); stages run on separate devices on GPU "
-                    "executors with that many GPUs per rank", cfg.train.pipeline_stages)
-    log.info("training %s on %d %s ranks: %d train rows, global batch %d, %d epochs",
-             cfg.train.model, num_proc, cfg.train.launcher, job.split_rows["train"], cfg.train.batch_size,
-             cfg.train.epochs)
+        log.warning(
+            "train.pipeline_stages=%d on CPU ranks: the stages share each rank's one device, so the split "
+            "model runs no faster (it only tests the split); stages run on separate devices on GPU "
+            "executors with that many GPUs per rank",
+            cfg.train.pipeline_stages,
+        )
+    log.info(
+        "training %s on %d %s ranks: %d train rows, global batch %d, %d epochs",
+        cfg.train.model,
+        num_proc,
+        cfg.train.launcher,
+        job.split_rows["train"],
+        cfg.train.batch_size,
+        cfg.train.epochs,
+    )
     started = time.monotonic()
     epochs_done: list[int] = []
     try:
         with spark_job(spark.sparkContext, "train"):  # the stage is "train: barrier stage of N ranks"
-            launcher = launch.Launcher(num_proc=num_proc, mode=cfg.train.launcher, use_gpu=cfg.spark.use_gpu,
-                                       timeout=cfg.train.timeout, progress_timeout=cfg.train.step_timeout, spark=spark,
-                                       on_progress=_log_epoch(cfg.train.epochs, epochs_done))
+            launcher = launch.Launcher(
+                num_proc=num_proc,
+                mode=cfg.train.launcher,
+                use_gpu=cfg.spark.use_gpu,
+                timeout=cfg.train.timeout,
+                progress_timeout=cfg.train.step_timeout,
+                spark=spark,
+                on_progress=_log_epoch(cfg.train.epochs, epochs_done),
+            )
             results = launcher.run(train_rank, job)
     except launch.LaunchError as exc:
         newest = newest_checkpoint(Path(job.output) / "checkpoints")
-        where = (f"the newest checkpoint is {newest}: `sparkml-par train` with the same config resumes from it"
-                 if newest else f"no checkpoint was written under {job.output}/checkpoints")
+        where = (
+            f"the newest checkpoint is {newest}: `sparkml-par train` with the same config resumes from it"
+            if newest
+            else f"no checkpoint was written under {job.output}/checkpoints"
+        )
         epoch = (epochs_done[-1] if epochs_done else 0) + 1
-        raise launch.LaunchError(f"training failed in epoch {epoch} of {cfg.train.epochs}; {where}.\n{exc}",
-                                 rank=exc.rank, host=exc.host, remote_traceback=exc.remote_traceback) from None
+        raise launch.LaunchError(
+            f"training failed in epoch {epoch} of {cfg.train.epochs}; {where}.\n{exc}",
+            rank=exc.rank,
+            host=exc.host,
+            remote_traceback=exc.remote_traceback,
+        ) from None
     chief = results[0]
-    return TrainResult(history=chief["history"], test=chief["test"], artifact=chief["artifact"],
-                       epochs_run=chief["epochs_run"], stopped_early=chief["stopped_early"],
-                       seconds=time.monotonic() - started)
+    return TrainResult(
+        history=chief["history"],
+        test=chief["test"],
+        artifact=chief["artifact"],
+        epochs_run=chief["epochs_run"],
+        stopped_early=chief["stopped_early"],
+        seconds=time.monotonic() - started,
+    )
 
 
 def _log_epoch(epochs: int, epochs_done: list[int]):
@@ -162,21 +213,36 @@ def _log_epoch(epochs: int, epochs_done: list[int]):
             return
         epochs_done.append(record["epoch"])
         times.append(record["epoch_time"])
-        metrics = " ".join(f"{k}={v:.4g}" for k, v in record.items()
-                           if k.startswith(("train_", "val_")) and isinstance(v, (int, float)))
+        metrics = " ".join(
+            f"{k}={v:.4g}"
+            for k, v in record.items()
+            if k.startswith(("train_", "val_")) and isinstance(v, (int, float))
+        )
         eta = sum(times) / len(times) * (epochs - record["epoch"])
-        log.info("epoch %d/%d %s lr=%.3g %.0f samples/s %.1f s, ETA %.0f s", record["epoch"], epochs, metrics,
-                 record["lr"], record["samples_per_sec"], record["epoch_time"], eta)
+        log.info(
+            "epoch %d/%d %s lr=%.3g %.0f samples/s %.1f s, ETA %.0f s",
+            record["epoch"],
+            epochs,
+            metrics,
+            record["lr"],
+            record["samples_per_sec"],
+            record["epoch_time"],
+            eta,
+        )
+
     return on_progress
 
 
 def summary(result: TrainResult) -> str:
-    lines = [f"model artifact {result.artifact}",
-             f"  epochs run    {result.epochs_run}" + (" (stopped early)" if result.stopped_early else "")]
+    lines = [
+        f"model artifact {result.artifact}",
+        f"  epochs run    {result.epochs_run}" + (" (stopped early)" if result.stopped_early else ""),
+    ]
     if result.history:
         last = result.history[-1]
-        lines.append("  last epoch    " + " ".join(f"{k}={v:.4f}" for k, v in last.items()
-                                                  if k.startswith(("train_", "val_"))))
+        lines.append(
+            "  last epoch    " + " ".join(f"{k}={v:.4f}" for k, v in last.items() if k.startswith(("train_", "val_")))
+        )
     if result.test:
         lines.append("  test          " + " ".join(f"{k}={v:.4f}" for k, v in result.test.items() if k != "samples"))
     lines.append(f"  {result.seconds:.1f} s")

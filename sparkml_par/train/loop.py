@@ -45,15 +45,16 @@ from sparkml_par.train.optim import build_optimizer, build_scheduler, scaled_lr
 @dataclass(frozen=True)
 class TrainJob:
     """Plain values every rank needs (the barrier closure captures it: no sessions, no open handles)."""
+
     train: TrainConfig
-    splits: dict[str, str]          # split name -> dataset URL
-    label: str                      # the dataset's label column
+    splits: dict[str, str]  # split name -> dataset URL
+    label: str  # the dataset's label column
     split_rows: dict[str, int]
     task: str
     model_spec: dict[str, Any]
     fingerprint: dict[str, Any]
-    output: str                     # local or mounted directory shared by rank 0 and the driver
-    description: dict[str, Any]     # dataset facts stored in the artifact for scoring
+    output: str  # local or mounted directory shared by rank 0 and the driver
+    description: dict[str, Any]  # dataset facts stored in the artifact for scoring
     config_yaml: str
     use_gpu: bool = False
 
@@ -101,8 +102,11 @@ class Trainer:
         per_rank_batch = max(1, cfg.batch_size // self.size)
         self.steps = steps_per_epoch(job.split_rows["train"], per_rank_batch * self.size, cfg.accumulation_steps)
         self.optimizer = distributed.distributed_optimizer(
-            build_optimizer(self.model.named_parameters(), cfg, scaled_lr(cfg, self.size)), self.model,
-            cfg.fp16_compression, cfg.accumulation_steps)
+            build_optimizer(self.model.named_parameters(), cfg, scaled_lr(cfg, self.size)),
+            self.model,
+            cfg.fp16_compression,
+            cfg.accumulation_steps,
+        )
         self.schedule = build_scheduler(self.optimizer, cfg, self.steps // cfg.accumulation_steps)
         self.stopper = EarlyStopping.from_config(cfg.early_stopping)
         self.scaler = torch.amp.GradScaler("cuda") if cfg.precision == "fp16" else None
@@ -110,13 +114,33 @@ class Trainer:
         distributed.broadcast_training_state(self.base, self.optimizer)
 
         label_dtype = torch.int64 if job.task == "classification" else torch.float32
-        self.train_data = ShardBatches(job.splits["train"], self.rank, self.size, per_rank_batch, label=job.label,
-                                       shuffle=cfg.shuffle, seed=cfg.seed, shuffle_buffer=cfg.shuffle_buffer,
-                                       cache=cfg.cache, label_dtype=label_dtype)
-        self.evaluators = {name: ShardBatches(job.splits[name], self.rank, self.size, per_rank_batch,
-                                              label=job.label, shuffle=False, seed=cfg.seed, cache=cfg.cache,
-                                              label_dtype=label_dtype)
-                           for name in ("validation", "test") if job.split_rows.get(name, 0) >= self.size}
+        self.train_data = ShardBatches(
+            job.splits["train"],
+            self.rank,
+            self.size,
+            per_rank_batch,
+            label=job.label,
+            shuffle=cfg.shuffle,
+            seed=cfg.seed,
+            shuffle_buffer=cfg.shuffle_buffer,
+            cache=cfg.cache,
+            label_dtype=label_dtype,
+        )
+        self.evaluators = {
+            name: ShardBatches(
+                job.splits[name],
+                self.rank,
+                self.size,
+                per_rank_batch,
+                label=job.label,
+                shuffle=False,
+                seed=cfg.seed,
+                cache=cfg.cache,
+                label_dtype=label_dtype,
+            )
+            for name in ("validation", "test")
+            if job.split_rows.get(name, 0) >= self.size
+        }
         self.output = Path(job.output)
         self.max_steps_reached = False
 
@@ -144,10 +168,14 @@ class Trainer:
         test_metrics = self._evaluate(self.evaluators["test"]) if "test" in self.evaluators else {}
         result = {"rank": self.rank, "epochs_run": state.epoch, "global_step": state.global_step}
         if self.rank == 0:
-            metrics = {"history": state.history, "test": test_metrics,
-                       "stopped_early": bool(state.history) and state.epoch < cfg.epochs and not self.max_steps_reached}
-            artifact = write_model_artifact(self.output / MODEL_DIR, self.base.state_dict(), self.job.description,
-                                            metrics, self.job.config_yaml)
+            metrics = {
+                "history": state.history,
+                "test": test_metrics,
+                "stopped_early": bool(state.history) and state.epoch < cfg.epochs and not self.max_steps_reached,
+            }
+            artifact = write_model_artifact(
+                self.output / MODEL_DIR, self.base.state_dict(), self.job.description, metrics, self.job.config_yaml
+            )
             result.update(metrics, artifact=str(artifact))
         return result
 
@@ -158,11 +186,18 @@ class Trainer:
         train_sums = self._train_epoch(epoch)
         record = {"epoch": epoch + 1, **{f"train_{k}": v for k, v in train_sums.items() if k != "samples"}}
         if "validation" in self.evaluators:
-            record.update({f"val_{k}": v for k, v in self._evaluate(self.evaluators["validation"]).items()
-                           if k != "samples"})
+            record.update(
+                {f"val_{k}": v for k, v in self._evaluate(self.evaluators["validation"]).items() if k != "samples"}
+            )
         elapsed = time.perf_counter() - started
-        record.update({"lr": self.schedule.current_lr(), "epoch_time": elapsed,
-                       "samples_per_sec": train_sums["samples"] / elapsed, "step": self.state.global_step})
+        record.update(
+            {
+                "lr": self.schedule.current_lr(),
+                "epoch_time": elapsed,
+                "samples_per_sec": train_sums["samples"] / elapsed,
+                "step": self.state.global_step,
+            }
+        )
         return record
 
     def _train_epoch(self, epoch: int) -> dict[str, float]:
@@ -226,9 +261,15 @@ class Trainer:
             if checkpoint is not None:
                 self.base.load_state_dict(checkpoint["model"])
                 self.optimizer.load_state_dict(checkpoint["optimizer"])
-        shared = distributed.broadcast_object(None if checkpoint is None else {
-            key: checkpoint[key] for key in ("epoch", "global_step", "history", "schedule", "stopper", "scaler", "rng")
-        }, "resume_state")
+        shared = distributed.broadcast_object(
+            None
+            if checkpoint is None
+            else {
+                key: checkpoint[key]
+                for key in ("epoch", "global_step", "history", "schedule", "stopper", "scaler", "rng")
+            },
+            "resume_state",
+        )
         if shared is None:
             return _State()
         self.schedule.load_state_dict(shared["schedule"])
@@ -245,12 +286,23 @@ class Trainer:
         if self.rank != 0:
             return
         state = self.state
-        write_checkpoint_atomically(self.output / "checkpoints", state.epoch, {
-            "fingerprint": self.job.fingerprint, "epoch": state.epoch, "global_step": state.global_step,
-            "history": state.history, "model": self.base.state_dict(), "optimizer": self.optimizer.state_dict(),
-            "schedule": self.schedule.state_dict(), "stopper": self.stopper.state_dict(),
-            "scaler": self.scaler.state_dict() if self.scaler is not None else {}, "rng": rng,
-        }, keep=self.cfg.keep_checkpoints)
+        write_checkpoint_atomically(
+            self.output / "checkpoints",
+            state.epoch,
+            {
+                "fingerprint": self.job.fingerprint,
+                "epoch": state.epoch,
+                "global_step": state.global_step,
+                "history": state.history,
+                "model": self.base.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "schedule": self.schedule.state_dict(),
+                "stopper": self.stopper.state_dict(),
+                "scaler": self.scaler.state_dict() if self.scaler is not None else {},
+                "rng": rng,
+            },
+            keep=self.cfg.keep_checkpoints,
+        )
 
 
 def _step(optimizer, scaler) -> None:
@@ -280,8 +332,10 @@ def _autocast(cfg: TrainConfig, device: torch.device):
 
 def _check_precision(cfg: TrainConfig, device: torch.device) -> None:
     if cfg.precision == "fp16" and device.type != "cuda":
-        raise ConfigError("train.precision=fp16 needs GPU ranks (its gradient scaler is CUDA-only); "
-                          "use train.precision=bf16 on CPUs, or set spark.use_gpu=true")
+        raise ConfigError(
+            "train.precision=fp16 needs GPU ranks (its gradient scaler is CUDA-only); "
+            "use train.precision=bf16 on CPUs, or set spark.use_gpu=true"
+        )
 
 
 def _maybe_pipeline(model: nn.Module, cfg: TrainConfig, device: torch.device) -> nn.Module:
@@ -292,8 +346,9 @@ def _maybe_pipeline(model: nn.Module, cfg: TrainConfig, device: torch.device) ->
         devices = [torch.device("cuda", i) for i in range(cfg.pipeline_stages)]
     else:
         devices = [device] * cfg.pipeline_stages
-    return StagedModel.from_model(model, devices, micro_batches=cfg.micro_batches,
-                                  boundaries=cfg.pipeline_boundaries or None)
+    return StagedModel.from_model(
+        model, devices, micro_batches=cfg.micro_batches, boundaries=cfg.pipeline_boundaries or None
+    )
 
 
 def _monitored_value(record: dict[str, Any], cfg: TrainConfig) -> float | None:
@@ -301,8 +356,10 @@ def _monitored_value(record: dict[str, Any], cfg: TrainConfig) -> float | None:
     needed = cfg.early_stopping.patience > 0 or cfg.scheduler == "plateau"
     if name not in record:
         if needed:
-            raise ConfigError(f"train.early_stopping.monitor: {name!r} is not a metric of this run; "
-                              f"choose one of {', '.join(k for k in record if k != 'epoch')}")
+            raise ConfigError(
+                f"train.early_stopping.monitor: {name!r} is not a metric of this run; "
+                f"choose one of {', '.join(k for k in record if k != 'epoch')}"
+            )
         return None
     return float(record[name])
 
@@ -315,5 +372,11 @@ def _report(record: dict[str, Any]) -> None:
 
 def _write_metrics(path: Path, history: list[dict[str, Any]]) -> None:
     """The whole history, rewritten atomically: after a resume it holds each epoch exactly once."""
-    atomic.write_text(path, "".join(json.dumps({k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-                                                for k, v in record.items()}) + "\n" for record in history))
+    atomic.write_text(
+        path,
+        "".join(
+            json.dumps({k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()})
+            + "\n"
+            for record in history
+        ),
+    )

@@ -26,8 +26,9 @@ def classification_sums(logits: torch.Tensor, targets: torch.Tensor) -> torch.Te
     targets = targets.detach().long().reshape(-1)
     loss_sum = F.cross_entropy(logits, targets, reduction="sum")
     correct = (logits.argmax(dim=1) == targets).sum().double()
-    return torch.stack([loss_sum, correct, torch.tensor(float(len(targets)), dtype=torch.float64,
-                                                        device=logits.device)])
+    return torch.stack(
+        [loss_sum, correct, torch.tensor(float(len(targets)), dtype=torch.float64, device=logits.device)]
+    )
 
 
 def regression_sums(predictions: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -53,16 +54,20 @@ def finalize(sums: torch.Tensor) -> dict[str, float]:
     values = sums.detach().cpu().tolist()
     count = values[-1]
     if count <= 0:
-        raise SparkmlParError("metrics over 0 samples: the evaluated split is empty on every rank; check the "
-                              "dataset's split sizes (data.split) or skip this evaluation")
+        raise SparkmlParError(
+            "metrics over 0 samples: the evaluated split is empty on every rank; check the "
+            "dataset's split sizes (data.split) or skip this evaluation"
+        )
     if len(values) == len(CLASSIFICATION_SUMS):
         loss_sum, correct, _ = values
         return {"loss": loss_sum / count, "accuracy": correct / count, "samples": int(count)}
     if len(values) == len(REGRESSION_SUMS):
         loss_sum, squared, absolute, _ = values
         return {"loss": loss_sum / count, "mse": squared / count, "mae": absolute / count, "samples": int(count)}
-    raise ValueError(f"expected {len(CLASSIFICATION_SUMS)} classification or {len(REGRESSION_SUMS)} regression "
-                     f"sums, got {len(values)}")
+    raise ValueError(
+        f"expected {len(CLASSIFICATION_SUMS)} classification or {len(REGRESSION_SUMS)} regression "
+        f"sums, got {len(values)}"
+    )
 
 
 # Fields of every epoch record besides its metrics (see train.loop.Trainer._epoch).

@@ -24,8 +24,9 @@ def build_optimizer(params_or_named: Iterable[Any], cfg: TrainConfig, lr: float)
     if cfg.optimizer == "sgd":
         if cfg.nesterov and cfg.momentum <= 0:
             raise ConfigError(f"train.nesterov=true needs train.momentum > 0, got {cfg.momentum!r}")
-        return torch.optim.SGD(params, lr=lr, momentum=cfg.momentum, nesterov=cfg.nesterov,
-                               weight_decay=cfg.weight_decay)
+        return torch.optim.SGD(
+            params, lr=lr, momentum=cfg.momentum, nesterov=cfg.nesterov, weight_decay=cfg.weight_decay
+        )
     if cfg.optimizer == "adam":
         return torch.optim.Adam(params, lr=lr, weight_decay=cfg.weight_decay)
     if cfg.optimizer == "adamw":
@@ -68,8 +69,10 @@ class LearningRateSchedule:
         """Call after every epoch; the plateau schedule needs the monitored metric's (rank-averaged) value."""
         if isinstance(self.epoch_schedule, lr_scheduler.ReduceLROnPlateau):
             if metric_value is None:
-                raise SparkmlParError("train.scheduler=plateau needs the value of train.early_stopping.monitor "
-                                      "after every epoch; evaluate a validation split or pick another scheduler")
+                raise SparkmlParError(
+                    "train.scheduler=plateau needs the value of train.early_stopping.monitor "
+                    "after every epoch; evaluate a validation split or pick another scheduler"
+                )
             self.epoch_schedule.step(metric_value)
         elif self.epoch_schedule is not None:
             self.epoch_schedule.step()
@@ -78,15 +81,19 @@ class LearningRateSchedule:
         return float(self.optimizer.param_groups[0]["lr"])
 
     def state_dict(self) -> dict[str, Any]:
-        return {"warmup": None if self.warmup is None else self.warmup.state_dict(),
-                "epoch": None if self.epoch_schedule is None else self.epoch_schedule.state_dict()}
+        return {
+            "warmup": None if self.warmup is None else self.warmup.state_dict(),
+            "epoch": None if self.epoch_schedule is None else self.epoch_schedule.state_dict(),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for name, schedule in (("warmup", self.warmup), ("epoch", self.epoch_schedule)):
             if (schedule is None) != (state[name] is None):
-                raise SparkmlParError(f"saved learning-rate schedule has {'no' if state[name] is None else 'a'} "
-                                      f"{name} part but this run's config has {'none' if schedule is None else 'one'}; "
-                                      f"resume with the scheduler and warm-up settings the run started with")
+                raise SparkmlParError(
+                    f"saved learning-rate schedule has {'no' if state[name] is None else 'a'} "
+                    f"{name} part but this run's config has {'none' if schedule is None else 'one'}; "
+                    f"resume with the scheduler and warm-up settings the run started with"
+                )
             if schedule is not None:
                 schedule.load_state_dict(state[name])
 
@@ -114,10 +121,17 @@ def _build_epoch_schedule(optimizer: torch.optim.Optimizer, cfg: TrainConfig):
         return lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg.epochs)
     if cfg.scheduler == "plateau":
         if cfg.gamma >= 1.0:
-            raise ConfigError(f"train.gamma={cfg.gamma!r}: the plateau scheduler multiplies the learning rate by "
-                              f"gamma when the metric stalls, so gamma must be below 1")
+            raise ConfigError(
+                f"train.gamma={cfg.gamma!r}: the plateau scheduler multiplies the learning rate by "
+                f"gamma when the metric stalls, so gamma must be below 1"
+            )
         # An improvement means the same as for early stopping: better by at least min_delta.
-        return lr_scheduler.ReduceLROnPlateau(optimizer, mode=cfg.early_stopping.mode, factor=cfg.gamma,
-                                              patience=cfg.plateau_patience,
-                                              threshold=cfg.early_stopping.min_delta, threshold_mode="abs")
+        return lr_scheduler.ReduceLROnPlateau(
+            optimizer,
+            mode=cfg.early_stopping.mode,
+            factor=cfg.gamma,
+            patience=cfg.plateau_patience,
+            threshold=cfg.early_stopping.min_delta,
+            threshold_mode="abs",
+        )
     return None

@@ -28,21 +28,25 @@ log = logging.getLogger("sparkml_par.tune")
 
 @dataclass
 class TuneResult:
-    trials: list[dict[str, Any]]     # every trial of the study, as in trials.json
-    best: dict[str, Any] | None      # the best trial's row; None when no trial completed
-    best_config: str | None          # best.yaml, ready for `sparkml-par train`
+    trials: list[dict[str, Any]]  # every trial of the study, as in trials.json
+    best: dict[str, Any] | None  # the best trial's row; None when no trial completed
+    best_config: str | None  # best.yaml, ready for `sparkml-par train`
     table_csv: str
     table_json: str
     plot: str
-    ran: int                         # trials this call ran (a resumed study holds more)
-    retrained: Any = None            # sparkml_par.train.job.TrainResult when tune.retrain
+    ran: int  # trials this call ran (a resumed study holds more)
+    retrained: Any = None  # sparkml_par.train.job.TrainResult when tune.retrain
     seconds: float = 0.0
 
 
 def output_dir(url: str) -> Path:
     """The study, the table and every trial's files live in a local or mounted directory."""
-    return local_directory(url, "tune.output", "the study is a sqlite file and each trial writes its checkpoints "
-                                               "there, so the driver and the executors must share it")
+    return local_directory(
+        url,
+        "tune.output",
+        "the study is a sqlite file and each trial writes its checkpoints "
+        "there, so the driver and the executors must share it",
+    )
 
 
 def tune(spark, cfg: Config) -> TuneResult:
@@ -56,17 +60,26 @@ def tune(spark, cfg: Config) -> TuneResult:
     dataset_url = qualify_url(cfg.data.output)
     manifest = read_manifest(spark, dataset_url)
     if manifest is None:
-        raise SparkmlParError(f"no dataset at data.output={cfg.data.output!r} (no _manifest.json); "
-                              f"run `sparkml-par prepare` with the same config first")
+        raise SparkmlParError(
+            f"no dataset at data.output={cfg.data.output!r} (no _manifest.json); "
+            f"run `sparkml-par prepare` with the same config first"
+        )
     check_metric(cfg.tune.metric, manifest[MANIFEST_TASK])
     _warn_if_parallelism_exceeds_slots(spark, cfg.tune.parallelism)
 
     out = output_dir(cfg.tune.output)
     search = Search.open(cfg.tune, space, out)
     already = len(search.finished_trials())
-    log.info("%s search of %s: %d of %d trials done, %d at a time, %s %s", cfg.tune.method,
-             ", ".join(space.params), already, search.budget, cfg.tune.parallelism, cfg.tune.direction,
-             cfg.tune.metric)
+    log.info(
+        "%s search of %s: %d of %d trials done, %d at a time, %s %s",
+        cfg.tune.method,
+        ", ".join(space.params),
+        already,
+        search.budget,
+        cfg.tune.parallelism,
+        cfg.tune.direction,
+        cfg.tune.metric,
+    )
     evaluate = SparkTrials(spark, cfg, manifest, dataset_url, out / "trials")
 
     def write_reports(_frozen=None) -> None:
@@ -74,13 +87,21 @@ def tune(spark, cfg: Config) -> TuneResult:
 
     ran = run_search(search, evaluate, cfg.tune.parallelism, on_finished=write_reports)
     rows, best_row, best_path = _write_reports(search, cfg, out)
-    result = TuneResult(trials=rows, best=best_row, best_config=str(best_path) if best_path else None,
-                        table_csv=str(out / "trials.csv"), table_json=str(out / "trials.json"),
-                        plot=str(out / "scores.png"), ran=ran)
+    result = TuneResult(
+        trials=rows,
+        best=best_row,
+        best_config=str(best_path) if best_path else None,
+        table_csv=str(out / "trials.csv"),
+        table_json=str(out / "trials.json"),
+        plot=str(out / "scores.png"),
+        ran=ran,
+    )
     if best_row is None:
         errors = [r["error"] for r in rows if r["error"]]
-        raise SparkmlParError(f"no trial of the search completed ({len(rows)} trials, see {result.table_csv}); "
-                              f"the first error: {errors[0] if errors else 'none recorded'}")
+        raise SparkmlParError(
+            f"no trial of the search completed ({len(rows)} trials, see {result.table_csv}); "
+            f"the first error: {errors[0] if errors else 'none recorded'}"
+        )
     if cfg.tune.retrain:
         result.retrained = _retrain(spark, Path(best_path))
     result.seconds = time.monotonic() - started
@@ -113,21 +134,29 @@ def _warn_if_parallelism_exceeds_slots(spark, parallelism: int) -> None:
 
     slots = concurrent_task_slots(spark.sparkContext)
     if 0 < slots < parallelism:
-        log.warning("tune.parallelism=%d but the cluster has %s: at most %d trials run at once, the others wait",
-                    parallelism, describe_slots(spark.sparkContext, slots), slots)
+        log.warning(
+            "tune.parallelism=%d but the cluster has %s: at most %d trials run at once, the others wait",
+            parallelism,
+            describe_slots(spark.sparkContext, slots),
+            slots,
+        )
 
 
 def summary(result: TuneResult, metric: str) -> str:
     counts: dict[str, int] = {}
     for row in result.trials:
         counts[row["status"]] = counts.get(row["status"], 0) + 1
-    lines = [f"{len(result.trials)} trials ({', '.join(f'{n} {s}' for s, n in counts.items())}), "
-             f"{result.ran} run now, {result.seconds:.1f} s"]
+    lines = [
+        f"{len(result.trials)} trials ({', '.join(f'{n} {s}' for s, n in counts.items())}), "
+        f"{result.ran} run now, {result.seconds:.1f} s"
+    ]
     if result.best is not None:
         params = " ".join(f"{k}={v}" for k, v in result.best["params"].items())
-        lines += [f"  best          trial {result.best['number']}: {metric}={result.best['score']:.4f}",
-                  f"  params        {params}",
-                  f"  best config   {result.best_config}"]
+        lines += [
+            f"  best          trial {result.best['number']}: {metric}={result.best['score']:.4f}",
+            f"  params        {params}",
+            f"  best config   {result.best_config}",
+        ]
     lines += [f"  table         {result.table_csv}", f"  plot          {result.plot}"]
     if result.retrained is not None:
         lines.append(f"  retrained     {result.retrained.artifact}")

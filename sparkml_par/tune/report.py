@@ -21,8 +21,13 @@ from sparkml_par.config import Config
 from sparkml_par.tune.space import SearchSpace, apply_params
 from sparkml_par.tune.study import STALE
 
-_STATUS = {TrialState.COMPLETE: "complete", TrialState.FAIL: "failed", TrialState.PRUNED: "pruned",
-           TrialState.RUNNING: "running", TrialState.WAITING: "waiting"}
+_STATUS = {
+    TrialState.COMPLETE: "complete",
+    TrialState.FAIL: "failed",
+    TrialState.PRUNED: "pruned",
+    TrialState.RUNNING: "running",
+    TrialState.WAITING: "waiting",
+}
 
 
 def trial_rows(study: optuna.Study, space: SearchSpace) -> list[dict[str, Any]]:
@@ -33,20 +38,22 @@ def trial_rows(study: optuna.Study, space: SearchSpace) -> list[dict[str, Any]]:
         status = _STATUS[trial.state]
         if attrs.get(STALE):
             status = "stale"
-        rows.append({
-            "number": trial.number,
-            "status": status,
-            "score": trial.value if trial.value is not None and math.isfinite(trial.value) else None,
-            "duration_s": round(attrs["duration"], 3) if "duration" in attrs else None,
-            "started": _iso(attrs.get("started")),
-            "finished": _iso(attrs.get("finished")),
-            "epochs": attrs.get("epochs"),
-            "params": space.decode(trial.params),
-            "error": attrs.get("error"),
-            "host": attrs.get("host"),
-            "pid": attrs.get("pid"),
-            "artifact": attrs.get("artifact"),
-        })
+        rows.append(
+            {
+                "number": trial.number,
+                "status": status,
+                "score": trial.value if trial.value is not None and math.isfinite(trial.value) else None,
+                "duration_s": round(attrs["duration"], 3) if "duration" in attrs else None,
+                "started": _iso(attrs.get("started")),
+                "finished": _iso(attrs.get("finished")),
+                "epochs": attrs.get("epochs"),
+                "params": space.decode(trial.params),
+                "error": attrs.get("error"),
+                "host": attrs.get("host"),
+                "pid": attrs.get("pid"),
+                "artifact": attrs.get("artifact"),
+            }
+        )
     return rows
 
 
@@ -61,8 +68,19 @@ def write_table(rows: list[dict[str, Any]], output: Path) -> tuple[Path, Path]:
     json_path, csv_path = output / "trials.json", output / "trials.csv"
     atomic.write_text(json_path, json.dumps(rows, indent=2) + "\n")
     keys = list(dict.fromkeys(key for row in rows for key in row["params"]))
-    columns = ["number", "status", "score", "duration_s", *keys, "epochs", "started", "finished", "error", "host",
-               "pid"]
+    columns = [
+        "number",
+        "status",
+        "score",
+        "duration_s",
+        *keys,
+        "epochs",
+        "started",
+        "finished",
+        "error",
+        "host",
+        "pid",
+    ]
     with atomic.atomic_path(csv_path) as temp, temp.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, columns, extrasaction="ignore")
         writer.writeheader()
@@ -73,12 +91,15 @@ def write_table(rows: list[dict[str, Any]], output: Path) -> tuple[Path, Path]:
     return json_path, csv_path
 
 
-def write_best_config(cfg: Config, best: optuna.trial.FrozenTrial, space: SearchSpace, metric: str,
-                      path: Path) -> Config:
+def write_best_config(
+    cfg: Config, best: optuna.trial.FrozenTrial, space: SearchSpace, metric: str, path: Path
+) -> Config:
     """The base config with the best params: `sparkml-par train <path>` trains it with train.num_proc ranks."""
     best_cfg = apply_params(cfg, space.decode(best.params))
-    header = (f"# Best of the trials in {path.parent}: trial {best.number}, {metric}={best.value:.6g}.\n"
-              f"# Train it with: sparkml-par train {path}\n")
+    header = (
+        f"# Best of the trials in {path.parent}: trial {best.number}, {metric}={best.value:.6g}.\n"
+        f"# Train it with: sparkml-par train {path}\n"
+    )
     atomic.write_text(path, header + best_cfg.to_yaml())
     return best_cfg
 
@@ -118,7 +139,6 @@ def plot_scores(rows: list[dict[str, Any]], metric: str, direction: str, path: P
     with atomic.atomic_path(path) as temp:
         figure.savefig(temp)
     return path
-
 
 
 def _iso(seconds: float | None) -> str | None:

@@ -48,8 +48,9 @@ class TrialControl:
 Evaluate = Callable[[TrialRequest, TrialControl], TrialOutcome]
 
 
-def run_search(search: Search, evaluate: Evaluate, parallelism: int,
-               on_finished: Callable[[Any], None] | None = None) -> int:
+def run_search(
+    search: Search, evaluate: Evaluate, parallelism: int, on_finished: Callable[[Any], None] | None = None
+) -> int:
     """Runs trials until the budget is spent; returns how many ran. `evaluate` runs in worker threads."""
     events: queue.Queue = queue.Queue()
     running: dict[int, TrialControl] = {}
@@ -61,8 +62,12 @@ def run_search(search: Search, evaluate: Evaluate, parallelism: int,
                 control = TrialControl(request.number, events)
                 running[request.number] = control
                 log.info("trial %d started: %s", request.number, _params_text(request.params))
-                thread = threading.Thread(target=_evaluate_in_thread, args=(evaluate, request, control, events),
-                                          name=f"tune-trial-{request.number}", daemon=True)
+                thread = threading.Thread(
+                    target=_evaluate_in_thread,
+                    args=(evaluate, request, control, events),
+                    name=f"tune-trial-{request.number}",
+                    daemon=True,
+                )
                 thread.start()
                 threads.append(thread)
             if not running:
@@ -85,8 +90,7 @@ def run_search(search: Search, evaluate: Evaluate, parallelism: int,
         raise
 
 
-def _evaluate_in_thread(evaluate: Evaluate, request: TrialRequest, control: TrialControl,
-                        events: queue.Queue) -> None:
+def _evaluate_in_thread(evaluate: Evaluate, request: TrialRequest, control: TrialControl, events: queue.Queue) -> None:
     started = time.time()
     try:
         outcome = evaluate(request, control)
@@ -98,9 +102,13 @@ def _evaluate_in_thread(evaluate: Evaluate, request: TrialRequest, control: Tria
         # The trial stopped because it was told to: its outcome is what the scheduler decided. One that
         # finished all its epochs before the request reached it keeps its complete result.
         status = "pruned" if control.stop_reason == "pruned" else "failed"
-        outcome = TrialOutcome(status, error=None if status == "pruned" else control.stop_message,
-                               started=outcome.started or started, finished=outcome.finished or time.time(),
-                               details=outcome.details)
+        outcome = TrialOutcome(
+            status,
+            error=None if status == "pruned" else control.stop_message,
+            started=outcome.started or started,
+            finished=outcome.finished or time.time(),
+            details=outcome.details,
+        )
     events.put(("finished", request.number, outcome))
 
 
@@ -125,10 +133,20 @@ def _log_finished(frozen, search: Search) -> None:
     elif status == "pruned":
         log.info("trial %d pruned%s [%d/%d]", frozen.number, took, done, search.budget)
     else:
-        log.warning("trial %d failed%s: %s [%d/%d]", frozen.number, took,
-                    (str(frozen.user_attrs.get("error") or "").splitlines() or [""])[0], done, search.budget)
+        log.warning(
+            "trial %d failed%s: %s [%d/%d]",
+            frozen.number,
+            took,
+            (str(frozen.user_attrs.get("error") or "").splitlines() or [""])[0],
+            done,
+            search.budget,
+        )
 
 
 def _params_text(params: dict[str, Any]) -> str:
-    return " ".join(f"{key.removeprefix('train.')}={value!r}" if not isinstance(value, float)
-                    else f"{key.removeprefix('train.')}={value:.4g}" for key, value in params.items())
+    return " ".join(
+        f"{key.removeprefix('train.')}={value!r}"
+        if not isinstance(value, float)
+        else f"{key.removeprefix('train.')}={value:.4g}"
+        for key, value in params.items()
+    )

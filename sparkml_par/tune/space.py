@@ -35,6 +35,7 @@ _SCALAR_TYPES = (type(None), bool, int, float, str)
 @dataclass(frozen=True)
 class SearchSpace:
     """The validated tune.space, in its declared order."""
+
     params: dict[str, ParamSpace]
 
     @classmethod
@@ -42,8 +43,10 @@ class SearchSpace:
         """Keys name train settings with or without the `train.` prefix (`lr` is `train.lr`), so that
         command-line overrides such as tune.space.lr.type=loguniform work too."""
         if not space:
-            raise ConfigError("tune.space is empty: name at least one train.* setting to search, e.g. "
-                              "tune.space: {train.lr: {type: loguniform, low: 1.0e-4, high: 1.0e-1}}")
+            raise ConfigError(
+                "tune.space is empty: name at least one train.* setting to search, e.g. "
+                "tune.space: {train.lr: {type: loguniform, low: 1.0e-4, high: 1.0e-1}}"
+            )
         params = {}
         for given, param in space.items():
             key = _train_key(given)
@@ -52,8 +55,10 @@ class SearchSpace:
             if key in _SET_BY_TUNE:
                 raise ConfigError(f"tune.space key {given!r} cannot be searched: {_SET_BY_TUNE[key]}")
             if param.type == "int" and (param.low != int(param.low) or param.high != int(param.high)):
-                raise ConfigError(f"tune.space.{given}: an int parameter needs whole bounds, got "
-                                  f"low={param.low!r} high={param.high!r}")
+                raise ConfigError(
+                    f"tune.space.{given}: an int parameter needs whole bounds, got "
+                    f"low={param.low!r} high={param.high!r}"
+                )
             params[key] = param
         return cls(params)
 
@@ -68,13 +73,14 @@ class SearchSpace:
 
     def decode(self, stored: dict[str, Any]) -> dict[str, Any]:
         """Stored params (as Optuna keeps them) -> the values the config gets."""
-        return {key: (json.loads(value) if _json_encoded(self.params[key]) else value)
-                for key, value in stored.items()}
+        return {key: (json.loads(value) if _json_encoded(self.params[key]) else value) for key, value in stored.items()}
 
     def describe(self) -> dict[str, Any]:
         """A plain description, saved with the study so a resumed search can be checked against it."""
-        return {key: {"type": p.type, "low": p.low, "high": p.high, "values": p.values, "grid": p.grid}
-                for key, p in self.params.items()}
+        return {
+            key: {"type": p.type, "low": p.low, "high": p.high, "values": p.values, "grid": p.grid}
+            for key, p in self.params.items()
+        }
 
 
 def _train_key(key: str) -> str:
@@ -84,8 +90,10 @@ def _train_key(key: str) -> str:
             raise ConfigError(f"tune.space key {key!r} must name a train setting, e.g. 'train.lr'")
         return key
     if section in {f.name for f in dataclasses.fields(Config)}:
-        raise ConfigError(f"tune.space key {key!r} names a {section} setting; a search varies train settings "
-                          f"only (prepare a dataset per data setting and tune on each)")
+        raise ConfigError(
+            f"tune.space key {key!r} names a {section} setting; a search varies train settings "
+            f"only (prepare a dataset per data setting and tune on each)"
+        )
     return f"train.{key}"
 
 
@@ -114,8 +122,9 @@ def _grid_points(key: str, param: ParamSpace) -> list[Any]:
     if param.values:
         outside = [v for v in param.values if not param.low <= v <= param.high]
         if outside:
-            raise ConfigError(f"tune.space.{key}: grid values {outside!r} lie outside "
-                              f"[low={param.low!r}, high={param.high!r}]")
+            raise ConfigError(
+                f"tune.space.{key}: grid values {outside!r} lie outside [low={param.low!r}, high={param.high!r}]"
+            )
         return [int(v) if param.type == "int" else float(v) for v in param.values]
     if param.type == "int":
         return sorted({int(round(v)) for v in np.linspace(param.low, param.high, param.grid)})
@@ -133,8 +142,10 @@ def apply_params(cfg: Config, params: dict[str, Any], extra: dict[str, Any] | No
         _set_path(raw, key, value)
     # Each section as one `section=<YAML flow mapping>` override: load_config then applies the same
     # types, bounds and cross-field checks as to a file. (JSON would not do: YAML 1.1 reads 1e-05 as text.)
-    overrides = [f"{section}={yaml.safe_dump(values, default_flow_style=True, width=math.inf, sort_keys=False)}"
-                 for section, values in raw.items()]
+    overrides = [
+        f"{section}={yaml.safe_dump(values, default_flow_style=True, width=math.inf, sort_keys=False)}"
+        for section, values in raw.items()
+    ]
     return load_config(None, overrides)
 
 
@@ -144,7 +155,7 @@ def _set_path(raw: dict[str, Any], key: str, value: Any) -> None:
     for depth, part in enumerate(sections):
         child = node.setdefault(part, {})
         if not isinstance(child, dict):
-            raise ConfigError(f"tune.space key {key!r}: {'.'.join(sections[:depth + 1])} is a value, not a section")
+            raise ConfigError(f"tune.space key {key!r}: {'.'.join(sections[: depth + 1])} is a value, not a section")
         node = child
     node[name] = value
 

@@ -36,6 +36,7 @@ STALE = "stale"  # user attribute of a trial closed because an earlier run stopp
 @dataclass(frozen=True)
 class TrialRequest:
     """One trial to run: its number in the study and its params as the config takes them."""
+
     number: int
     params: dict[str, Any]
 
@@ -43,10 +44,11 @@ class TrialRequest:
 @dataclass
 class TrialOutcome:
     """What a trial came to. `score` is the tuned metric of a complete trial."""
+
     status: Literal["complete", "failed", "pruned"]
     score: float | None = None
     error: str | None = None
-    started: float | None = None    # wall-clock seconds (time.time()) where the trial ran
+    started: float | None = None  # wall-clock seconds (time.time()) where the trial ran
     finished: float | None = None
     details: dict[str, Any] = field(default_factory=dict)  # host, pid, epochs, artifact ...
 
@@ -79,12 +81,18 @@ class Search:
         if output_dir is not None:
             Path(output_dir).mkdir(parents=True, exist_ok=True)
             # Concurrent trials report from one thread, but sqlite may still be busy for a moment.
-            storage = optuna.storages.RDBStorage(storage_url(output_dir),
-                                                 engine_kwargs={"connect_args": {"timeout": 30}})
-        identity = {"method": tune.method, "metric": tune.metric, "direction": tune.direction,
-                    "space": space.describe()}
-        study = optuna.create_study(storage=storage, study_name=STUDY_NAME, direction=tune.direction,
-                                    load_if_exists=True, pruner=_pruner(tune))
+            storage = optuna.storages.RDBStorage(
+                storage_url(output_dir), engine_kwargs={"connect_args": {"timeout": 30}}
+            )
+        identity = {
+            "method": tune.method,
+            "metric": tune.metric,
+            "direction": tune.direction,
+            "space": space.describe(),
+        }
+        study = optuna.create_study(
+            storage=storage, study_name=STUDY_NAME, direction=tune.direction, load_if_exists=True, pruner=_pruner(tune)
+        )
         _check_same_search(study, identity, output_dir)
         _close_stale_trials(study)
         # A resumed run must not draw the first run's points again: the seed moves on with the study.
@@ -93,8 +101,9 @@ class Search:
 
     def finished_trials(self) -> list[optuna.trial.FrozenTrial]:
         """Trials that count toward the budget: complete, failed or pruned, and not stale."""
-        return [t for t in self.study.get_trials(deepcopy=False)
-                if t.state.is_finished() and not t.user_attrs.get(STALE)]
+        return [
+            t for t in self.study.get_trials(deepcopy=False) if t.state.is_finished() and not t.user_attrs.get(STALE)
+        ]
 
     def remaining(self) -> int:
         """Trials still to start."""
@@ -129,8 +138,13 @@ class Search:
         """Records the outcome; a complete trial whose score is not finite is recorded as failed (diverged)."""
         trial = self._running.pop(number)
         if outcome.status == "complete" and (outcome.score is None or not math.isfinite(outcome.score)):
-            outcome = TrialOutcome("failed", error=f"diverged: the score is {outcome.score}", started=outcome.started,
-                                   finished=outcome.finished, details=outcome.details)
+            outcome = TrialOutcome(
+                "failed",
+                error=f"diverged: the score is {outcome.score}",
+                started=outcome.started,
+                finished=outcome.finished,
+                details=outcome.details,
+            )
         for key, value in _attributes(outcome).items():
             trial.set_user_attr(key, value)
         if outcome.status == "complete":
@@ -150,8 +164,7 @@ def _point_key(params: dict[str, Any]) -> str:
 def _attributes(outcome: TrialOutcome) -> dict[str, Any]:
     attrs: dict[str, Any] = {"status": outcome.status}
     if outcome.started is not None and outcome.finished is not None:
-        attrs.update(started=outcome.started, finished=outcome.finished,
-                     duration=outcome.finished - outcome.started)
+        attrs.update(started=outcome.started, finished=outcome.finished, duration=outcome.finished - outcome.started)
     if outcome.error:
         attrs["error"] = outcome.error
     attrs.update({k: v for k, v in outcome.details.items() if isinstance(v, (str, int, float, bool, type(None)))})
@@ -167,14 +180,12 @@ def startup_trials(budget: int) -> int:
 def _sampler(tune: TuneConfig, seed: int) -> optuna.samplers.BaseSampler:
     if tune.method == "bayes":
         startup = startup_trials(tune.trials)
-        log.info("bayes search: the first %d of %d trials sample at random, TPE chooses the rest", startup,
-                 tune.trials)
+        log.info("bayes search: the first %d of %d trials sample at random, TPE chooses the rest", startup, tune.trials)
         # With trials in flight, TPE treats running trials as bad results ("constant liar") so that
         # concurrent asks spread out instead of all landing on the current best region.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup,
-                                              constant_liar=tune.parallelism > 1)
+            return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, constant_liar=tune.parallelism > 1)
     # Random search, and grid search, whose trials all arrive with every param fixed by enqueue_trial.
     return optuna.samplers.RandomSampler(seed=seed)
 
@@ -198,7 +209,8 @@ def _check_same_search(study: optuna.Study, identity: dict[str, Any], output_dir
         raise SparkmlParError(
             f"{where} holds a search with a different {', '.join(changed)} "
             f"({', '.join(f'{k}: {saved.get(k)!r}' for k in changed)}); set tune.output to a new directory for a "
-            f"new search, or restore those tune settings to continue the old one")
+            f"new search, or restore those tune settings to continue the old one"
+        )
 
 
 def _close_stale_trials(study: optuna.Study) -> None:
@@ -211,5 +223,6 @@ def _close_stale_trials(study: optuna.Study) -> None:
         trial.set_user_attr("status", "failed")
         trial.set_user_attr("error", "stale: the run that started this trial stopped before it finished")
         study.tell(trial, state=TrialState.FAIL)
-        log.warning("trial %d was left unfinished by an earlier run: recorded as failed (stale), not counted",
-                    frozen.number)
+        log.warning(
+            "trial %d was left unfinished by an earlier run: recorded as failed (stale), not counted", frozen.number
+        )

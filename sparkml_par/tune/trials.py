@@ -36,6 +36,7 @@ _METRIC_PREFIXES = ("train_", "val_", "test_")
 @dataclass(frozen=True)
 class TrialTask:
     """Plain values the Spark task needs (the closure captures it: no session, no open handles)."""
+
     number: int
     job: TrainJob
 
@@ -59,8 +60,13 @@ def run_trial_task(task: TrialTask) -> dict[str, Any]:
         if hvd.size() != 1:
             raise RuntimeError(f"the trial's Horovod has {hvd.size()} processes, expected 1")
         result = train_rank(task.job)
-        outcome = {"status": "complete", "history": result["history"], "test": result["test"],
-                   "artifact": result["artifact"], "epochs_run": result["epochs_run"]}
+        outcome = {
+            "status": "complete",
+            "history": result["history"],
+            "test": result["test"],
+            "artifact": result["artifact"],
+            "epochs_run": result["epochs_run"],
+        }
     except Exception as exc:  # noqa: BLE001 - returned to the driver as this trial's error
         outcome = {"status": "failed", "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
     finally:
@@ -68,8 +74,7 @@ def run_trial_task(task: TrialTask) -> dict[str, Any]:
             hvd.shutdown()
         os.environ.clear()
         os.environ.update(saved_env)
-    return {**outcome, "started": started, "finished": time.time(), "host": socket.gethostname(),
-            "pid": os.getpid()}
+    return {**outcome, "started": started, "finished": time.time(), "host": socket.gethostname(), "pid": os.getpid()}
 
 
 def check_metric(metric: str, task: str) -> None:
@@ -77,8 +82,9 @@ def check_metric(metric: str, task: str) -> None:
     names = ("loss", "accuracy") if task == "classification" else ("loss", "mse", "mae")
     known = [f"{prefix}{name}" for prefix in _METRIC_PREFIXES for name in names]
     if metric not in known:
-        raise ConfigError(f"tune.metric={metric!r} is not reported for a {task} dataset; choose one of "
-                          f"{', '.join(known)}")
+        raise ConfigError(
+            f"tune.metric={metric!r} is not reported for a {task} dataset; choose one of {', '.join(known)}"
+        )
 
 
 def score_of(result: dict[str, Any], metric: str) -> float | None:
@@ -130,8 +136,13 @@ class SparkTrials:
         try:
             result = job.result()
         except Exception as exc:  # noqa: BLE001 - a task that died (killed, out of memory, cancelled)
-            return TrialOutcome("failed", error=_spark_error_text(exc), started=submitted,
-                                finished=time.time(), details={"epochs": epochs_seen})
+            return TrialOutcome(
+                "failed",
+                error=_spark_error_text(exc),
+                started=submitted,
+                finished=time.time(),
+                details={"epochs": epochs_seen},
+            )
         _report_new_epochs(metrics, metric, epochs_seen, control)
         return _outcome(result, metric)
 
@@ -155,18 +166,27 @@ def _outcome(result: dict[str, Any], metric: str) -> TrialOutcome:
     details = {"host": result["host"], "pid": result["pid"]}
     if result["status"] == "failed":
         details["traceback"] = result["traceback"]
-        return TrialOutcome("failed", error=result["error"], started=result["started"], finished=result["finished"],
-                            details=details)
+        return TrialOutcome(
+            "failed", error=result["error"], started=result["started"], finished=result["finished"], details=details
+        )
     details.update(epochs=result["epochs_run"], artifact=result["artifact"])
     score = score_of(result, metric)
     if score is None:
-        available = sorted({k for record in result["history"] for k in record if k.startswith(_METRIC_PREFIXES)}
-                           | {f"test_{k}" for k in result["test"] if k != "samples"})
-        return TrialOutcome("failed", error=f"the trial reported no {metric!r} (it reported {', '.join(available)}); "
-                                            f"an empty validation split reports no val_* metrics",
-                            started=result["started"], finished=result["finished"], details=details)
-    return TrialOutcome("complete", score=score, started=result["started"], finished=result["finished"],
-                        details=details)
+        available = sorted(
+            {k for record in result["history"] for k in record if k.startswith(_METRIC_PREFIXES)}
+            | {f"test_{k}" for k in result["test"] if k != "samples"}
+        )
+        return TrialOutcome(
+            "failed",
+            error=f"the trial reported no {metric!r} (it reported {', '.join(available)}); "
+            f"an empty validation split reports no val_* metrics",
+            started=result["started"],
+            finished=result["finished"],
+            details=details,
+        )
+    return TrialOutcome(
+        "complete", score=score, started=result["started"], finished=result["finished"], details=details
+    )
 
 
 def _spark_error_text(exc: BaseException) -> str:

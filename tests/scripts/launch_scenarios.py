@@ -19,16 +19,26 @@ def describe_rank():
     import torch
 
     total = hvd.allreduce(torch.tensor([float(hvd.rank() + 1)]), op=hvd.Sum)
-    return {"rank": hvd.rank(), "size": hvd.size(), "local_rank": hvd.local_rank(),
-            "cross_rank": hvd.cross_rank(), "sum": total.item(), "pid": os.getpid(),
-            "planned_rank": int(os.environ["HOROVOD_RANK"]), "iface": os.environ["HOROVOD_GLOO_IFACE"]}
+    return {
+        "rank": hvd.rank(),
+        "size": hvd.size(),
+        "local_rank": hvd.local_rank(),
+        "cross_rank": hvd.cross_rank(),
+        "sum": total.item(),
+        "pid": os.getpid(),
+        "planned_rank": int(os.environ["HOROVOD_RANK"]),
+        "iface": os.environ["HOROVOD_GLOO_IFACE"],
+    }
 
 
 def gpu_binding():
     import horovod.torch as hvd
 
-    return {"rank": hvd.rank(), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-            "assigned": list(launch.current_rank().gpu_addresses)}
+    return {
+        "rank": hvd.rank(),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "assigned": list(launch.current_rank().gpu_addresses),
+    }
 
 
 def local_cluster():
@@ -41,8 +51,9 @@ def fake_gpus():
     with open(script, "w") as f:
         f.write('#!/bin/sh\necho \'{"name": "gpu", "addresses": ["0", "1"]}\'\n')
     os.chmod(script, 0o755)
-    get_or_create_session(SparkConfig(master="local-cluster[1,2,1024]", use_gpu=True, gpus_per_executor=2,
-                                      gpu_discovery_script=script))
+    get_or_create_session(
+        SparkConfig(master="local-cluster[1,2,1024]", use_gpu=True, gpus_per_executor=2, gpu_discovery_script=script)
+    )
     return launch.Launcher(num_proc=2, use_gpu=True).run(gpu_binding)
 
 
