@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
+from injected_faults import stall_rank_one_before_the_rendezvous
 
 from sparkml_par import launch
 from sparkml_par.errors import SparkmlParError
-from sparkml_par.faults import STALL_BEFORE_RENDEZVOUS
 from sparkml_par.launch.rank_plan import build_rank_plan
 
 SCENARIOS = Path(__file__).parent / "scripts" / "launch_scenarios.py"
@@ -172,7 +172,7 @@ def test_rendezvous_timeout_names_the_missing_rank(spark):
         match=r"ranks \[1\] of 2 did not reach the Horovod rendezvous "
         r"within 6 s; ranks \[0\] were waiting for them",
     ):
-        launch.Launcher(num_proc=2, rendezvous_timeout=6, env={STALL_BEFORE_RENDEZVOUS: "1"}).run(collectives)
+        launch.Launcher(num_proc=2, rendezvous_timeout=6, setup=stall_rank_one_before_the_rendezvous).run(collectives)
 
 
 def test_a_killed_rank_is_named_not_the_peer_that_lost_it(spark):

@@ -17,6 +17,8 @@ import pytest
 import torch
 from simulated_cluster import SimulatedCluster, unavailable_reason
 
+from sparkml_par.train.loop import steps_per_epoch
+
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason()))]
 
 ROOT = Path(__file__).parents[1]
@@ -94,14 +96,19 @@ def test_run_across_two_hosts_equals_the_local_run(spread, tmp_path):
 
 
 def test_a_rank_killed_on_one_host_is_rerun_and_resumes(cluster, spread, tmp_path):
+    """Rank 1 kills its own process once, at step 3 of epoch 2 (TINY's network, from injected_faults)."""
     plain, _ = spread
+    rows = json.loads((plain / "dataset" / "_manifest.json").read_text())["splits"]["train"]["rows"]
+    kill_at = steps_per_epoch(rows, 32, 1) + 3
     killed = _sparkml_par(
         "run",
         str(ROOT / "conf" / "quickstart.yaml"),
         *TINY,
+        "train.model=injected_faults:killing_mlp",
+        f"train.model_args={{hidden: [16], kill_rank: 1, kill_at_step: {kill_at}, "
+        f"marker: '{tmp_path / 'killed-once'}'}}",
         *_outputs(tmp_path / "killed"),
         *cluster.driver_settings(),
-        env={"SPARKML_PAR_FAULT_KILL_AT_STEP": f"1:2:3:{tmp_path / 'killed-once'}"},
     )
     assert killed.returncode == 0, killed.stderr[-3000:]
     assert "Spark reruns the stage" in killed.stderr and (tmp_path / "killed-once").exists()

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+from injected_faults import stall_rank_one_before_the_rendezvous
 
 from sparkml_par import launch
-from sparkml_par.faults import STALL_BEFORE_RENDEZVOUS
 
 LAUNCHES = 10
 # The temporary directory is shared with other jobs on the machine, so only names a launch could create
@@ -159,7 +159,7 @@ def test_rendezvous_listens_on_the_rank0_task_address_only(spark):
     try:
         with pytest.raises(launch.LaunchError, match=r"ranks \[1\] of 2 did not reach the Horovod rendezvous"):
             launch.Launcher(
-                num_proc=2, spark=spark, timeout=30, rendezvous_timeout=5, env={STALL_BEFORE_RENDEZVOUS: "1"}
+                num_proc=2, spark=spark, timeout=30, rendezvous_timeout=5, setup=stall_rank_one_before_the_rendezvous
             ).run(allreduce_and_look_around, os.getpid())
     finally:
         stop.set()

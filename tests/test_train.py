@@ -10,7 +10,6 @@ import torch
 import torch.nn.functional as F
 
 from data_prep.job import prepare
-from sparkml_par import faults
 from sparkml_par.config import load_config
 from sparkml_par.errors import SparkmlParError
 from sparkml_par.launch import LaunchError
@@ -152,8 +151,7 @@ def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(spark, synthe
 
 
 RESUMABLE = [
-    "train.model=mlp",
-    "train.model_args={hidden: [32], dropout: 0.2}",
+    "train.model=injected_faults:killing_mlp",
     "train.optimizer=sgd",
     "train.lr=0.05",
     "train.scheduler=step",
@@ -163,15 +161,24 @@ RESUMABLE = [
 ]
 
 
-def test_a_killed_rank_is_rerun_by_spark_and_resumes_to_the_uninterrupted_weights(
-    spark, synthetic, monkeypatch, caplog
-):
+def _killing(synthetic: Path, kill_rank: int = -1, epoch: int = 2, step: int = 3, marker: str = "") -> str:
+    """model_args of injected_faults.killing_mlp (hidden [32], dropout 0.2) that kill `kill_rank` at that
+    1-based step of that epoch of RESUMABLE's 2 ranks and batches of 32; kill_rank=-1 never kills."""
+    rows = json.loads((synthetic / "dataset" / "_manifest.json").read_text())["splits"]["train"]["rows"]
+    at = (epoch - 1) * steps_per_epoch(rows, 32, 1) + step
+    return (
+        f"train.model_args={{hidden: [32], dropout: 0.2, kill_rank: {kill_rank}, kill_at_step: {at}, "
+        f"marker: '{marker}'}}"
+    )
+
+
+def test_a_killed_rank_is_rerun_by_spark_and_resumes_to_the_uninterrupted_weights(spark, synthetic, caplog):
     """Rank 1 SIGKILLs itself once at step 3 of epoch 2 of 4; Spark reruns the barrier stage, which resumes
     from the epoch-1 checkpoint."""
-    uninterrupted = train(spark, _config(synthetic, "never-killed", *RESUMABLE))
-    monkeypatch.setenv(faults.KILL_AT_STEP, f"1:2:3:{synthetic / 'killed-once'}")
+    uninterrupted = train(spark, _config(synthetic, "never-killed", *RESUMABLE, _killing(synthetic)))
+    killed_once = _killing(synthetic, kill_rank=1, marker=str(synthetic / "killed-once"))
     with caplog.at_level("WARNING", logger="sparkml_par.launch"):
-        rerun = train(spark, _config(synthetic, "killed", *RESUMABLE))
+        rerun = train(spark, _config(synthetic, "killed", *RESUMABLE, killed_once))
     assert (synthetic / "killed-once").exists()
     assert "attempt 1 of 4: rank 1 on host" in caplog.text and "died without raising an error" in caplog.text
     assert rerun.epochs_run == 4 and [r["epoch"] for r in rerun.history] == [1, 2, 3, 4]
@@ -180,10 +187,9 @@ def test_a_killed_rank_is_rerun_by_spark_and_resumes_to_the_uninterrupted_weight
     assert [json.loads(line)["epoch"] for line in metrics_lines] == [1, 2, 3, 4]
 
 
-def test_a_rank_killed_in_every_attempt_names_the_rank_the_epoch_and_the_checkpoint(spark, synthetic, monkeypatch):
-    monkeypatch.setenv(faults.KILL_AT_STEP, "1:2:3")
+def test_a_rank_killed_in_every_attempt_names_the_rank_the_epoch_and_the_checkpoint(spark, synthetic):
     with pytest.raises(LaunchError) as failure:
-        train(spark, _config(synthetic, "always-killed", *RESUMABLE))
+        train(spark, _config(synthetic, "always-killed", *RESUMABLE, _killing(synthetic, kill_rank=1)))
     message = str(failure.value)
     checkpoint = synthetic / "always-killed" / "checkpoints" / "checkpoint-00001.pt"
     assert message.startswith(

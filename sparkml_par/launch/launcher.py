@@ -14,12 +14,12 @@ import logging
 import os
 from typing import Any, Callable, Literal, Mapping, Optional
 
-from sparkml_par import faults
 from sparkml_par.errors import SparkmlParError
 from sparkml_par.launch.barrier import barrier_job
 from sparkml_par.launch.channel import DriverChannel
 from sparkml_par.launch.local import LOOPBACK, LocalJob
 from sparkml_par.launch.rank import RankSpec
+from sparkml_par.launch.rank_plan import RankSlot
 from sparkml_par.launch.slots import check_barrier_launch, concurrent_task_slots
 from sparkml_par.launch.supervisor import Limits, supervise
 from sparkml_par.spark_jobs import current_description
@@ -33,9 +33,11 @@ class Launcher:
 
     num_proc=0 means every task slot of the cluster (barrier) or every CPU core (local). `spark` is the
     session to launch on (default: the active one). `env` is set in every rank before Horovod starts.
-    `on_progress(rank, record)` receives the records ranks report; by default rank 0's are logged. With
-    progress_timeout > 0, a rank that sends nothing (no log line, progress record or
-    `current_rank().heartbeat()`) for that many seconds fails the launch.
+    `setup(slot)` runs in every rank after its environment is set and before it joins the Horovod
+    rendezvous (per-rank set-up: environment variables, thread pinning, a warm cache; `slot.rank`,
+    `slot.local_rank`, `slot.host`). `on_progress(rank, record)` receives the records ranks report; by
+    default rank 0's are logged. With progress_timeout > 0, a rank that sends nothing (no log line,
+    progress record or `current_rank().heartbeat()`) for that many seconds fails the launch.
     """
 
     num_proc: int = 0
@@ -47,6 +49,7 @@ class Launcher:
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
     spark: Any = None
     on_progress: Optional[Callable[[int, dict], None]] = None
+    setup: Optional[Callable[[RankSlot], None]] = None
 
     def __post_init__(self) -> None:
         if self.mode not in ("barrier", "local"):
@@ -56,7 +59,7 @@ class Launcher:
 
     def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Any]:
         """Runs fn(*args, **kwargs) on the ranks and returns their results in rank order."""
-        env = {**faults.forwarded(), **{str(k): str(v) for k, v in self.env.items()}}
+        env = {str(k): str(v) for k, v in self.env.items()}
         progress = self.on_progress or _log_rank0_progress
         if self.mode == "local":
             num_proc = self.num_proc or (os.cpu_count() or 1)
@@ -101,6 +104,7 @@ class Launcher:
             token=channel.token,
             timeout=self.timeout,
             use_gpu=self.use_gpu,
+            setup=self.setup,
         )
 
 

@@ -15,7 +15,6 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from sparkml_par import faults
 from sparkml_par.launch import horovod_backend
 from sparkml_par.launch.channel import ForwardingStream, RankChannel
 from sparkml_par.launch.native_stderr import NativeStderr
@@ -36,6 +35,7 @@ class RankSpec:
     token: str
     timeout: float
     use_gpu: bool
+    setup: Callable[[RankSlot], None] | None = None  # see Launcher.setup
 
 
 class RankFailure(RuntimeError):
@@ -108,8 +108,8 @@ def run_rank(
             _bind_gpu(gpu_addresses)
         sys.stdout = ForwardingStream(channel, saved_streams[0])
         sys.stderr = ForwardingStream(channel, saved_streams[1])
-        if os.environ.get(faults.STALL_BEFORE_RENDEZVOUS) == str(slot.rank):
-            time.sleep(spec.timeout)
+        if spec.setup is not None:
+            spec.setup(slot)
         channel.send("joining")
         horovod_backend.init_horovod(slot)
         initialized = True

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sparkml_par import atomic, faults
+from sparkml_par import atomic
 from sparkml_par.config import TrainConfig
 from sparkml_par.contract import MODEL_DIR, TRAIN_METRICS
 from sparkml_par.errors import ConfigError
@@ -207,7 +207,6 @@ class Trainer:
         for index, (x, y) in enumerate(self.train_data.epoch(epoch, self.steps)):
             if context is not None:
                 context.heartbeat()
-                faults.kill_if_planned(context.slot.rank, epoch + 1, index + 1)
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
             sums += self._forward_backward(x, y)
             if (index + 1) % cfg.accumulation_steps == 0:

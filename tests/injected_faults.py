@@ -1,0 +1,83 @@
+"""Faults the reliability tests inject on purpose, through the seams a user has too.
+
+A model that kills its rank (`train.model=injected_faults:killing_mlp`, loaded by import path as a
+user's own model is) and a Launcher setup hook that stalls a rank before the rendezvous: the product
+carries no switch for injected faults. Spark's Python workers import this module by name: the test
+directory is on their path (conftest.py, and the simulated cluster's executors).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import time
+from pathlib import Path
+
+import torch
+
+from sparkml_par.models.mlp import MLP
+
+
+class KillingMLP(MLP):
+    """`train.model=mlp`'s network, whose rank `kill_rank` SIGKILLs its own process at training step
+    `kill_at_step` (1-based, counted from the start of training); with `marker`, only while that file
+    does not exist (it is created first), i.e. once.
+
+    The count is a buffer, so it is checkpointed and restored with the weights: a run resumed from the
+    checkpoint of epoch e counts on from e's last step, and the kill lands on the same step every attempt.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        num_outputs: int,
+        hidden: list[int],
+        dropout: float,
+        kill_rank: int,
+        kill_at_step: int,
+        marker: str,
+    ):
+        super().__init__(in_features, num_outputs, hidden, dropout, batchnorm=False)
+        self.kill_rank, self.kill_at_step, self.marker = kill_rank, kill_at_step, marker
+        self.register_buffer("train_steps", torch.zeros((), dtype=torch.int64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            self.train_steps += 1
+            if int(self.train_steps) == self.kill_at_step and _rank() == self.kill_rank and self._armed():
+                os.kill(os.getpid(), signal.SIGKILL)
+        return super().forward(x)
+
+    def _armed(self) -> bool:
+        if not self.marker:
+            return True
+        if Path(self.marker).exists():
+            return False
+        Path(self.marker).touch()
+        return True
+
+
+def killing_mlp(*, input_shape, num_outputs, hidden=(32,), dropout=0.0, kill_rank=-1, kill_at_step=0, marker=""):
+    """Builder for `train.model=injected_faults:killing_mlp`; kill_rank=-1 never kills (the uninterrupted run)."""
+    return KillingMLP(
+        math.prod(input_shape),
+        num_outputs,
+        [int(size) for size in hidden],
+        float(dropout),
+        int(kill_rank),
+        int(kill_at_step),
+        str(marker),
+    )
+
+
+def _rank() -> int:
+    import horovod.torch as hvd
+
+    return hvd.rank()
+
+
+def stall_rank_one_before_the_rendezvous(slot) -> None:
+    """A Launcher setup hook: rank 1 never gets to the Horovod rendezvous (until its stage is cancelled)."""
+    if slot.rank == 1:
+        time.sleep(600)
