@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch.nn as nn
+from run_outputs import outputs_under
 
 from sparkml_par.contract import RUN_LOG
 
@@ -44,16 +45,6 @@ class _Diverging(nn.Module):
         return self.linear(x.flatten(1))
 
 
-def _outputs(root: Path) -> list[str]:
-    return [
-        f"output.run_dir={root}",
-        f"data.output={root}/dataset",
-        f"train.output={root}/model",
-        f"score.output={root}/predictions",
-        f"tune.output={root}/tune",
-    ]
-
-
 def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [str(VENV_BIN / "sparkml-par"), *args], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env
@@ -64,7 +55,7 @@ def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 def quickstart_run(tmp_path_factory):
     """The quickstart config as a user runs it (one epoch): its console output, and its run directory."""
     root = tmp_path_factory.mktemp("quickstart")
-    done = _cli("run", "conf/quickstart.yaml", "train.epochs=1", *_outputs(root))
+    done = _cli("run", "conf/quickstart.yaml", "train.epochs=1", *outputs_under(root))
     assert done.returncode == 0, done.stderr[-4000:]
     return done, root
 
@@ -92,7 +83,7 @@ def test_a_failing_rank_prints_one_error_block_first(quickstart_run, tmp_path):
         "conf/quickstart.yaml",
         "train.epochs=1",
         "train.model=test_console:diverging_model",
-        *_outputs(tmp_path),
+        *outputs_under(tmp_path),
         f"data.output={quickstart}/dataset",
     )
     assert done.returncode == 2, done.stderr[-4000:]
@@ -115,7 +106,7 @@ def test_an_unwritable_output_is_one_error_before_any_work(setting, tmp_path):
     in_the_way = tmp_path / "a-file"
     in_the_way.write_text("not a directory\n")
     bad = f"{in_the_way}/{setting.replace('.', '_')}"
-    done = _cli("run", "conf/quickstart.yaml", *_outputs(tmp_path / "run"), f"{setting}={bad}")
+    done = _cli("run", "conf/quickstart.yaml", *outputs_under(tmp_path / "run"), f"{setting}={bad}")
     assert done.returncode == 2
     assert done.stdout == ""
     errors = [line for line in done.stderr.splitlines() if line != JVM_BANNER]
@@ -143,7 +134,7 @@ def test_the_readme_spark_submit_command_runs_from_a_plain_shell(tmp_path):
             "data.max_shards=2",
             "train.model=mlp",
             "train.epochs=1",
-            *_outputs(root),
+            *outputs_under(root),
         ],
         capture_output=True,
         text=True,

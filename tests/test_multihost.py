@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from run_outputs import outputs_under
 from simulated_cluster import SimulatedCluster, unavailable_reason
 
 from sparkml_par.train.loop import steps_per_epoch
@@ -52,16 +53,6 @@ def _sparkml_par(*args: str, env: dict[str, str] | None = None, timeout: float =
     )
 
 
-def _outputs(root: Path) -> list[str]:
-    return [
-        f"output.run_dir={root}",
-        f"data.output={root}/dataset",
-        f"train.output={root}/model",
-        f"score.output={root}/predictions",
-        f"tune.output={root}/tune",
-    ]
-
-
 def _weights(root: Path) -> dict[str, torch.Tensor]:
     return torch.load(root / "model" / "model" / "weights.pt", weights_only=True)
 
@@ -77,7 +68,7 @@ def spread(cluster, tmp_path_factory):
     """`sparkml-par run` of the quickstart config on small synthetic data, ranks on both hosts."""
     root = tmp_path_factory.mktemp("spread")
     done = _sparkml_par(
-        "run", str(ROOT / "conf" / "quickstart.yaml"), *TINY, *_outputs(root), *cluster.driver_settings()
+        "run", str(ROOT / "conf" / "quickstart.yaml"), *TINY, *outputs_under(root), *cluster.driver_settings()
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return root, done
@@ -86,7 +77,7 @@ def spread(cluster, tmp_path_factory):
 def test_run_across_two_hosts_equals_the_local_run(spread, tmp_path):
     root, done = spread
     assert "ranks on 2 hosts (10.213.37.11, 10.213.37.12)" in done.stderr
-    local = _sparkml_par("run", str(ROOT / "conf" / "quickstart.yaml"), *TINY, *_outputs(tmp_path / "local"))
+    local = _sparkml_par("run", str(ROOT / "conf" / "quickstart.yaml"), *TINY, *outputs_under(tmp_path / "local"))
     assert local.returncode == 0, local.stderr[-3000:]
     assert "ranks on 1 host (127.0.0.1)" in local.stderr
     accuracy = [line for line in done.stdout.splitlines() if line.startswith("test accuracy")]
@@ -107,7 +98,7 @@ def test_a_rank_killed_on_one_host_is_rerun_and_resumes(cluster, spread, tmp_pat
         "train.model=injected_faults:killing_mlp",
         f"train.model_args={{hidden: [16], kill_rank: 1, kill_at_step: {kill_at}, "
         f"marker: '{tmp_path / 'killed-once'}'}}",
-        *_outputs(tmp_path / "killed"),
+        *outputs_under(tmp_path / "killed"),
         *cluster.driver_settings(),
     )
     assert killed.returncode == 0, killed.stderr[-3000:]
@@ -127,7 +118,7 @@ def test_a_host_lost_mid_training_names_it_and_a_rerun_resumes(cluster, tmp_path
         *TINY,
         "data.synthetic.rows=4000",
         "train.epochs=12",
-        *_outputs(tmp_path),
+        *outputs_under(tmp_path),
         *cluster.driver_settings(),
     ]
     prepared = _sparkml_par("prepare", *command[1:])

@@ -11,22 +11,13 @@ from pathlib import Path
 
 import foreign_data
 import pytest
+from run_outputs import outputs_under
 
 from sparkml_par.config import load_config
 from sparkml_par.errors import SparkmlParError
 from sparkml_par.pipeline import run_pipeline
 
 CONF = Path(__file__).parents[1] / "conf"
-
-
-def _outputs(root: Path) -> list[str]:
-    return [
-        f"output.run_dir={root}",
-        f"data.output={root}/dataset",
-        f"train.output={root}/model",
-        f"score.output={root}/predictions",
-        f"tune.output={root}/tune",
-    ]
 
 
 def _ran(records) -> list[str]:
@@ -54,7 +45,7 @@ def tabular(tmp_path_factory):
 
     def config(*overrides: str):
         return load_config(
-            CONF / "tabular.yaml", [f"data.path={csv}", *_outputs(root / "run"), "train.epochs=2", *overrides]
+            CONF / "tabular.yaml", [f"data.path={csv}", *outputs_under(root / "run"), "train.epochs=2", *overrides]
         )
 
     return root, csv, config
@@ -116,12 +107,12 @@ def test_a_dataset_another_config_wrote_stays_protected(spark, tabular):
 @pytest.mark.slow
 def test_quickstart_and_tune_configs_run_on_their_digits(spark, tmp_path):
     quick = run_pipeline(
-        spark, load_config(CONF / "quickstart.yaml", [*_outputs(tmp_path / "quick"), "train.epochs=1"])
+        spark, load_config(CONF / "quickstart.yaml", [*outputs_under(tmp_path / "quick"), "train.epochs=1"])
     )
     assert _ran(quick) == ["prepare", "train", "score", "report"]
     assert quick["score"].summary["metrics"]["accuracy"] > 0.5
     tuned = run_pipeline(
-        spark, load_config(CONF / "tune.yaml", [*_outputs(tmp_path / "tune"), "tune.trials=2", "train.epochs=1"])
+        spark, load_config(CONF / "tune.yaml", [*outputs_under(tmp_path / "tune"), "tune.trials=2", "train.epochs=1"])
     )
     assert _ran(tuned) == ["prepare", "tune", "train", "score", "report"]
     assert tuned["tune"].summary["trials"] == 2 and (tmp_path / "tune" / "tune" / "best.yaml").is_file()
@@ -137,7 +128,7 @@ def test_gpu_cluster_template_runs_with_this_machines_settings(spark, tmp_path):
             "spark.master=local[2]",
             "spark.use_gpu=false",
             f"data.path={path}",
-            *_outputs(tmp_path / "run"),
+            *outputs_under(tmp_path / "run"),
             "train.precision=fp32",
             "train.epochs=1",
             "train.batch_size=64",
