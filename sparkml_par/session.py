@@ -12,7 +12,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterator, MutableMapping, Optional
+from typing import Any, Callable, Iterator, Mapping, MutableMapping, Optional
 
 from sparkml_par.config import SparkConfig
 from sparkml_par.errors import ConfigError
@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 LOOPBACK = "127.0.0.1"
 SPARK_LOG_CONFIG = Path(__file__).with_name("spark_log4j2.properties")
 SPARK_LOG_FILE_PROPERTY = "sparkml_par.spark_log"  # read by SPARK_LOG_CONFIG
+# The names Spark's log4j2 looks for on its classpath, which holds Spark's conf directory.
+_LOG4J2_FILES = ("log4j2.properties", "log4j2.xml", "log4j2.yaml", "log4j2.yml", "log4j2.json")
 
 
 def is_local_master(master: str) -> bool:
@@ -100,12 +102,21 @@ def get_or_create_session(cfg: SparkConfig, log_file: Optional[Path] = None):
     return session, True
 
 
+def users_log_config(env: Mapping[str, str]) -> bool:
+    """Whether the user or the cluster set up Spark's log: -Dlog4j2.configurationFile in SPARK_SUBMIT_OPTS, or
+    a log4j2 file in Spark's conf directory (SPARK_CONF_DIR, else SPARK_HOME/conf), which Spark reads itself."""
+    if "log4j2.configurationFile" in env.get("SPARK_SUBMIT_OPTS", ""):
+        return True
+    conf_dir = env.get("SPARK_CONF_DIR") or (env.get("SPARK_HOME") and str(Path(env["SPARK_HOME"], "conf")))
+    return bool(conf_dir) and any(Path(conf_dir, name).is_file() for name in _LOG4J2_FILES)
+
+
 def use_driver_log_config(env: MutableMapping[str, str]) -> None:
     """A driver JVM started with env reads SPARK_LOG_CONFIG from its start: spark-class hands SPARK_SUBMIT_OPTS
-    to the spark-submit JVM, which is the driver (pyspark starts one the same way). A user's own config wins;
-    cluster-wide spark.driver.extraJavaOptions stay untouched."""
-    options = env.get("SPARK_SUBMIT_OPTS", "")
-    if "log4j2.configurationFile" not in options:
+    to the spark-submit JVM, which is the driver (pyspark starts one the same way). A user's or the cluster's
+    own config wins; cluster-wide spark.driver.extraJavaOptions stay untouched."""
+    if not users_log_config(env):
+        options = env.get("SPARK_SUBMIT_OPTS", "")
         env["SPARK_SUBMIT_OPTS"] = f"{options} -Dlog4j2.configurationFile={SPARK_LOG_CONFIG.as_uri()}".strip()
 
 
@@ -113,7 +124,8 @@ def _configure_driver_log(session, log_file: Optional[Path]) -> None:
     """Reconfigures the running driver JVM's log4j2 from SPARK_LOG_CONFIG, unless the user chose a config."""
     jvm = session.sparkContext._jvm
     system = jvm.java.lang.System
-    if system.getProperty("log4j2.configurationFile") not in (None, SPARK_LOG_CONFIG.as_uri()):
+    chosen = system.getProperty("log4j2.configurationFile")
+    if chosen != SPARK_LOG_CONFIG.as_uri() and (chosen is not None or users_log_config(os.environ)):
         session.sparkContext.setLogLevel("WARN")
         return
     system.setProperty(SPARK_LOG_FILE_PROPERTY, str(log_file) if log_file else os.devnull)

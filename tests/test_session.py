@@ -9,7 +9,14 @@ import pytest
 
 from sparkml_par.config import SparkConfig
 from sparkml_par.errors import ConfigError
-from sparkml_par.session import LOOPBACK, get_or_create_session, session_settings, spark_session
+from sparkml_par.session import (
+    LOOPBACK,
+    SPARK_LOG_CONFIG,
+    get_or_create_session,
+    session_settings,
+    spark_session,
+    use_driver_log_config,
+)
 
 
 def test_embedded_default_binds_to_loopback(spark):
@@ -102,3 +109,19 @@ def test_user_settings_win_over_the_project_defaults():
     )
     assert settings["spark.ui.enabled"] == "true"
     assert settings["spark.task.resource.gpu.amount"] == "0.5"
+
+
+def test_the_driver_starts_with_the_projects_log_config_unless_the_user_or_cluster_has_one(tmp_path):
+    ours = f"-Dlog4j2.configurationFile={SPARK_LOG_CONFIG.as_uri()}"
+    env = {"SPARK_SUBMIT_OPTS": "-Xss4m"}
+    use_driver_log_config(env)
+    assert env["SPARK_SUBMIT_OPTS"] == f"-Xss4m {ours}"
+    own = {"SPARK_SUBMIT_OPTS": "-Dlog4j2.configurationFile=file:///etc/spark/mine.properties"}
+    use_driver_log_config(own)
+    assert own == {"SPARK_SUBMIT_OPTS": "-Dlog4j2.configurationFile=file:///etc/spark/mine.properties"}
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "log4j2.properties").write_text("rootLogger.level = info\n")  # a cluster's own
+    for cluster in ({"SPARK_CONF_DIR": str(tmp_path / "conf")}, {"SPARK_HOME": str(tmp_path)}):
+        unchanged = dict(cluster)
+        use_driver_log_config(cluster)
+        assert cluster == unchanged
