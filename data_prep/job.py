@@ -60,6 +60,7 @@ from sparkml_par.contract import (
 )
 from sparkml_par.errors import SparkmlParError
 from sparkml_par.spark_jobs import JobName, spark_job
+from sparkml_par.stage import Run, Stage, always_due, fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -294,3 +295,18 @@ def run(cfg: Config) -> int:
     from sparkml_par.session import run_stage
 
     return run_stage(cfg, lambda spark: prepare(spark, cfg.data), summary)
+
+
+def _stage_work(run: Run, _resume: bool):
+    result = prepare(run.spark, run.cfg.data, owner=str(run.run_dir))
+    m = result.manifest
+    return result.output, {
+        "fingerprint": m[MANIFEST_FINGERPRINT],
+        "rows_clean": m[MANIFEST_ROWS_CLEAN],
+        "quarantined": m[MANIFEST_QUARANTINE]["rows"],
+        "skipped": result.skipped,
+    }
+
+
+# prepare skips an unchanged dataset itself (it compares the input's fingerprint), so the stage is always due.
+STAGE = Stage("prepare", lambda run: fingerprint(dataclasses.asdict(run.cfg.data)), always_due, _stage_work)

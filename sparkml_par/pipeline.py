@@ -4,45 +4,35 @@ Each stage records a fingerprint: a hash of its config section and of its inputs
 re-run skips a stage whose fingerprint matches and whose output is complete, so re-running after a
 crash redoes only what is missing; `--from STAGE` (output.from_stage) forces a stage and all after it.
 The run directory holds the effective config, `stages.json` (each stage's fingerprint, outputs and
-time), the log and the report.
+time), the log and the report. The stages themselves are data (`sparkml_par.stage.Stage`), one
+exported by each stage's module.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import hashlib
 import json
 import logging
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from data_prep.job import STAGE as PREPARE
 from sparkml_par import atomic
-from sparkml_par.config import Config, load_config
-from sparkml_par.contract import (
-    CONFIG_COPY,
-    MANIFEST_FINGERPRINT,
-    MANIFEST_QUARANTINE,
-    MANIFEST_ROWS_CLEAN,
-    MODEL_DIR,
-    RUN_LOG,
-    SCORE_METRICS,
-    WEIGHTS,
-)
+from sparkml_par.config import Config
+from sparkml_par.contract import CONFIG_COPY, RUN_LOG
+from sparkml_par.infer.score import STAGE as SCORE
 from sparkml_par.progress import spark_progress
+from sparkml_par.report import STAGE as REPORT
 from sparkml_par.session import spark_session
+from sparkml_par.stage import Run, Stage, StageRecord
 from sparkml_par.storage import check_writable_directory, check_writable_url, qualify_url
+from sparkml_par.train.job import STAGE as TRAIN
+from sparkml_par.train.job import local_path
+from sparkml_par.tune.job import STAGE as TUNE
+from sparkml_par.tune.job import output_dir
 
 log = logging.getLogger("sparkml_par.pipeline")
-
-
-@dataclasses.dataclass
-class StageRecord:
-    fingerprint: str
-    output: str
-    seconds: float
-    summary: dict[str, Any]
 
 
 class RunState:
@@ -72,42 +62,6 @@ class RunState:
 
     def _write(self) -> None:
         atomic.write_text(self.path, json.dumps(self.stages, indent=2, default=str))
-
-
-def fingerprint(*parts: Any) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-@dataclasses.dataclass
-class Run:
-    """What the stages of one run share: the session, the config, the run directory and the records so far."""
-
-    spark: Any
-    cfg: Config
-    run_dir: Path
-    records: dict[str, StageRecord] = dataclasses.field(default_factory=dict)
-
-    @functools.cached_property
-    def train_cfg(self) -> Config:
-        """The config training uses: the tuned best config when this run tuned, else the run's own."""
-        tuned = self.records.get("tune")
-        return load_config(tuned.output, [f"train.output={self.cfg.train.output}"]) if tuned else self.cfg
-
-    def dataset_fingerprint(self) -> str:
-        return self.records["prepare"].summary["fingerprint"]
-
-
-@dataclasses.dataclass(frozen=True)
-class Stage:
-    """One stage as data. Its fingerprint hashes what its work depends on (its config section and the
-    fingerprints of its inputs); a stage whose fingerprint matches the last run's and whose output is
-    complete is skipped. `work(run, resume)` returns (output, summary); resume is true when the stage
-    may continue from its own partial output (nothing changed, nothing forced)."""
-
-    name: str
-    fingerprint: Callable[[Run], str]
-    complete: Callable[[Run], bool]
-    work: Callable[[Run, bool], tuple[str, dict[str, Any]]]
 
 
 def run_pipeline(spark, cfg: Config) -> dict[str, StageRecord]:
@@ -153,9 +107,6 @@ def _run_stage(stage: Stage, run: Run, state: RunState, forced: bool, position: 
 def check_local_outputs(cfg: Config) -> Path:
     """Proves that the outputs the driver writes with plain file I/O can be written: a bad one fails in
     seconds, before the session starts, not after prepare and an epoch of training."""
-    from sparkml_par.train.job import local_path
-    from sparkml_par.tune.job import output_dir
-
     run_dir = Path(cfg.output.run_dir).absolute()
     check_writable_directory(run_dir, "output.run_dir")
     check_writable_directory(Path(local_path(cfg.train.output)), "train.output")
@@ -167,79 +118,7 @@ def check_local_outputs(cfg: Config) -> Path:
     return run_dir
 
 
-def _prepare(run: Run, _resume: bool):
-    from data_prep.job import prepare
-
-    result = prepare(run.spark, run.cfg.data, owner=str(run.run_dir))
-    m = result.manifest
-    return result.output, {
-        "fingerprint": m[MANIFEST_FINGERPRINT],
-        "rows_clean": m[MANIFEST_ROWS_CLEAN],
-        "quarantined": m[MANIFEST_QUARANTINE]["rows"],
-        "skipped": result.skipped,
-    }
-
-
-def _tune(run: Run, _resume: bool):
-    from sparkml_par.tune.job import tune
-
-    result = tune(run.spark, run.cfg)
-    return result.best_config, {"best": result.best, "trials": len(result.trials)}
-
-
-def _train(run: Run, resume: bool):
-    from sparkml_par.train.job import train
-
-    cfg = run.train_cfg
-    # A changed train config starts over: its checkpoints would continue a different run.
-    cfg = cfg if resume else dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, resume="never"))
-    result = train(run.spark, cfg)
-    return result.artifact, {"test": result.test, "epochs_run": result.epochs_run}
-
-
-def _score(run: Run, _resume: bool):
-    from sparkml_par.infer.score import score_job
-
-    result = score_job(run.spark, run.cfg)
-    return result.output, {"rows": result.rows, "metrics": result.metrics}
-
-
-def _report(run: Run, _resume: bool):
-    from sparkml_par.report import write_report
-
-    return str(write_report(run.run_dir, run.cfg)), {}
-
-
-def _never(_run: Run) -> bool:
-    return False
-
-
-PIPELINE = (
-    # data_prep skips an unchanged dataset itself (it compares the input's fingerprint), so prepare always runs.
-    Stage("prepare", lambda run: fingerprint(dataclasses.asdict(run.cfg.data)), _never, _prepare),
-    Stage(
-        "tune",
-        lambda run: fingerprint(
-            dataclasses.asdict(run.cfg.tune), dataclasses.asdict(run.cfg.train), run.dataset_fingerprint()
-        ),
-        lambda run: Path(run.cfg.tune.output, "best.yaml").exists(),
-        _tune,
-    ),
-    Stage(
-        "train",
-        lambda run: fingerprint(dataclasses.asdict(run.train_cfg.train), run.dataset_fingerprint()),
-        lambda run: Path(run.train_cfg.train.output, MODEL_DIR, WEIGHTS).exists(),
-        _train,
-    ),
-    Stage(
-        "score",
-        lambda run: fingerprint(dataclasses.asdict(run.cfg.score), run.records["train"].fingerprint),
-        lambda run: Path(run.cfg.score.output.removeprefix("file://"), SCORE_METRICS).exists(),
-        _score,
-    ),
-    # The report reads every stage's output as it is now: always written again.
-    Stage("report", lambda run: fingerprint([record.fingerprint for record in run.records.values()]), _never, _report),
-)
+PIPELINE = (PREPARE, TUNE, TRAIN, SCORE, REPORT)
 STAGES = tuple(stage.name for stage in PIPELINE)
 
 

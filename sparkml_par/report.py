@@ -45,6 +45,7 @@ from sparkml_par.contract import (
     SCORE_METRICS,
     TRAIN_METRICS,
 )
+from sparkml_par.stage import Run, Stage, always_due, fingerprint
 
 log = logging.getLogger("sparkml_par.report")
 
@@ -586,3 +587,13 @@ def _remove_stale_plots(directory: Path, written: list[str]) -> None:
     for path in directory.glob("*.png"):
         if path.name not in written:
             path.unlink()
+
+
+def _stage_work(run: Run, _resume: bool):
+    return str(write_report(run.run_dir, run.cfg)), {}
+
+
+# The report reads every stage's output as it is now: always written again.
+STAGE = Stage(
+    "report", lambda run: fingerprint([record.fingerprint for record in run.records.values()]), always_due, _stage_work
+)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from sparkml_par.config import Config
@@ -20,6 +21,7 @@ from sparkml_par.errors import SparkmlParError
 from sparkml_par.infer import inputs, metrics, publish
 from sparkml_par.infer.arrow_predict import output_schema, predict_batches
 from sparkml_par.spark_jobs import JobName, spark_job
+from sparkml_par.stage import Run, Stage, fingerprint
 from sparkml_par.storage import check_writable_url, staging_url
 
 log = logging.getLogger("sparkml_par.infer")
@@ -178,7 +180,6 @@ def _run_spark_action(action, source: str) -> None:
 
 def _local_artifact_path(model_dir: str) -> str:
     """The path the executors load from: the artifact is a local or mounted directory (see train.job)."""
-    from pathlib import Path
 
     return str(Path(str(model_dir).removeprefix("file://")).absolute())
 
@@ -208,3 +209,16 @@ def run(cfg: Config) -> int:
     from sparkml_par.session import run_stage
 
     return run_stage(cfg, lambda spark: score_job(spark, cfg), summary)
+
+
+def _stage_work(run: Run, _resume: bool):
+    result = score_job(run.spark, run.cfg)
+    return result.output, {"rows": result.rows, "metrics": result.metrics}
+
+
+STAGE = Stage(
+    "score",
+    lambda run: fingerprint(asdict(run.cfg.score), run.records["train"].fingerprint),
+    lambda run: Path(run.cfg.score.output.removeprefix("file://"), SCORE_METRICS).exists(),
+    _stage_work,
+)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +26,14 @@ from sparkml_par.contract import (
     MANIFEST_RAW_TYPES,
     MANIFEST_SPLITS,
     MANIFEST_TASK,
+    MODEL_DIR,
+    WEIGHTS,
 )
 from sparkml_par.errors import SparkmlParError
 from sparkml_par.launch.slots import check_barrier_launch
 from sparkml_par.models.registry import build_from_spec, model_spec
 from sparkml_par.spark_jobs import spark_job
+from sparkml_par.stage import Run, Stage, fingerprint
 from sparkml_par.storage import check_writable_directory, local_directory, qualify_url
 from sparkml_par.train.checkpoint import checkpoint_fingerprint, newest_checkpoint
 from sparkml_par.train.loop import TrainJob, train_rank
@@ -254,3 +257,19 @@ def run(cfg: Config) -> int:
     from sparkml_par.session import run_stage
 
     return run_stage(cfg, lambda spark: train(spark, cfg), summary)
+
+
+def _stage_work(run: Run, resume: bool):
+    cfg = run.train_cfg
+    # A changed train config starts over: its checkpoints would continue a different run.
+    cfg = cfg if resume else replace(cfg, train=replace(cfg.train, resume="never"))
+    result = train(run.spark, cfg)
+    return result.artifact, {"test": result.test, "epochs_run": result.epochs_run}
+
+
+STAGE = Stage(
+    "train",
+    lambda run: fingerprint(asdict(run.train_cfg.train), run.dataset_fingerprint()),
+    lambda run: Path(run.train_cfg.train.output, MODEL_DIR, WEIGHTS).exists(),
+    _stage_work,
+)

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from sparkml_par.config import Config
 from sparkml_par.contract import MANIFEST_TASK
 from sparkml_par.errors import SparkmlParError
+from sparkml_par.stage import Run, Stage, fingerprint
 from sparkml_par.storage import check_writable_directory, local_directory, qualify_url
 from sparkml_par.tune import report
 from sparkml_par.tune.scheduler import run_search
@@ -168,3 +169,16 @@ def run(cfg: Config) -> int:
     from sparkml_par.session import run_stage
 
     return run_stage(cfg, lambda spark: tune(spark, cfg), lambda result: summary(result, cfg.tune.metric))
+
+
+def _stage_work(run: Run, _resume: bool):
+    result = tune(run.spark, run.cfg)
+    return result.best_config, {"best": result.best, "trials": len(result.trials)}
+
+
+STAGE = Stage(
+    "tune",
+    lambda run: fingerprint(asdict(run.cfg.tune), asdict(run.cfg.train), run.dataset_fingerprint()),
+    lambda run: Path(run.cfg.tune.output, "best.yaml").exists(),
+    _stage_work,
+)
