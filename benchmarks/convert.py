@@ -23,10 +23,10 @@ import json
 import shutil
 import tempfile
 import time
-import warnings
 from pathlib import Path
 from typing import Iterator
 
+from benchmarks import entry
 from benchmarks.memory import PeakMemory
 from benchmarks.table import number, print_table, result_row, text_table
 
@@ -285,10 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    # petastorm 0.12 on pyarrow 14: deprecation notices on every dataset written.
-    warnings.filterwarnings("ignore", category=FutureWarning, module=r"(petastorm|data_prep)(\.|$)")
-    args = build_parser().parse_args(argv)
+def _resolve(args: argparse.Namespace) -> str | None:
     if args.rows is None:
         args.rows = SCALE_ROWS if args.scale else ROWS
     if args.job_rows is None:
@@ -296,12 +293,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.json is None:
         args.json = RESULTS_DIR / ("convert_scale.json" if args.scale else "convert.json")
     if min(args.rows, args.small_rows, args.job_rows, args.features, args.repeats) < 1:
-        raise SystemExit("--rows, --small-rows, --job-rows, --features and --repeats must be positive")
+        return "--rows, --small-rows, --job-rows, --features and --repeats must be positive"
+    return None
+
+
+def _run(args: argparse.Namespace) -> list[dict]:
+    """The table's rows, or none for the cost curve (its points are its own table)."""
     if args.scale:
         run_scale(args)
-    else:
-        run(args)
-    return 0
+        return []
+    return run(args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return entry.main(argv, build_parser, _run, _resolve)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks import entry
 from benchmarks.memory import PeakMemory
 from benchmarks.table import print_table, result_row
 
@@ -107,16 +108,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def _resolve(args: argparse.Namespace) -> str | None:
     args.conf = args.conf.resolve()
     if not args.conf.is_file():
-        raise SystemExit(f"--conf {args.conf}: no such file")
+        return f"--conf {args.conf}: no such file"
     redirected = [o for o in args.overrides if o.partition("=")[0] in OUTPUTS]
     if redirected:
-        raise SystemExit(f"{', '.join(redirected)}: the benchmark puts every output in a temporary directory itself")
-    run(args)
-    return 0
+        return f"{', '.join(redirected)}: the benchmark puts every output in a temporary directory itself"
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    return entry.main(argv, build_parser, run, _resolve)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
     .venv/bin/python -m benchmarks.read                   # rank 0 of 2, batch 128, 200,000 x 32 synthetic rows
     .venv/bin/python -m benchmarks.read --features 784 --rows 4000 --profile
 
-The dataset is the training benchmark's (benchmarks/train.py writes it once into --workdir; either script
+The dataset is the training benchmark's (benchmarks/datasets.py writes it once into --workdir; either script
 reuses it). Both sides read the same Parquet files of the train split, rank 0's shard of 2 (row groups
 0, 2, 4, ...: one file each), and hand out (features float32 [batch, n], label int64 [batch]) tensors:
 
@@ -28,7 +28,6 @@ import argparse
 import cProfile
 import io
 import json
-import logging
 import pstats
 import statistics
 import sys
@@ -39,9 +38,10 @@ from typing import Any, Callable
 
 import numpy as np
 
+from benchmarks import entry
+from benchmarks.datasets import DEFAULT_WORKDIR, prepare_dataset, train_files
 from benchmarks.memory import PeakMemory
 from benchmarks.table import print_table, result_row
-from benchmarks.train import DEFAULT_WORKDIR, prepare_dataset, train_files
 
 RESULTS_PATH = Path(__file__).resolve().parent / "results" / "read.json"
 TARGET = 0.5
@@ -256,16 +256,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    warnings.filterwarnings("ignore", category=FutureWarning, module=r"petastorm(\.|$)")
+def _resolve(args: argparse.Namespace) -> str | None:
     # The baseline wraps Arrow's read-only buffers as they are, without a copy: torch notes it once.
     warnings.filterwarnings("ignore", message="The given NumPy array is not writable", category=UserWarning)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    args = build_parser().parse_args(argv)
     if min(args.rows, args.features, args.batch, args.reps) < 1:
-        raise SystemExit("--rows, --features, --batch and --reps must be positive")
-    rows = run(args)
-    return 0 if all(row["met"] is not False for row in rows) else 1
+        return "--rows, --features, --batch and --reps must be positive"
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    return entry.main(argv, build_parser, run, _resolve)
 
 
 if __name__ == "__main__":

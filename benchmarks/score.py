@@ -26,12 +26,14 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
+from benchmarks import entry
 from benchmarks.memory import PeakMemory
 from benchmarks.table import print_table, result_row
 
@@ -202,7 +204,7 @@ def run(args: argparse.Namespace) -> list[dict]:
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.score", description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000, help="rows scored by each side")
     parser.add_argument("--features", type=int, default=32, help="float features per row")
@@ -217,10 +219,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cores", type=int, default=2, help="Spark local[N] task slots")
     parser.add_argument("--repeats", type=int, default=2, help="timed runs per side; the best is kept")
     parser.add_argument("--json", type=Path, default=RESULTS_PATH, help="where the full record is written")
-    args = parser.parse_args(argv)
-    run(args)
-    return 0
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    return entry.main(argv, build_parser, run)
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

@@ -46,78 +46,30 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import logging
 import shutil
 import statistics
 import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
-from benchmarks import launch as launch_bench
-from benchmarks.launch import BaselineUnavailable, TorchDistributorBaseline, ensure_baseline_venv
+from benchmarks import entry
+from benchmarks.baseline_venv import BaselineUnavailable, TorchDistributorBaseline, baseline_step, ensure_baseline_venv
+from benchmarks.datasets import DEFAULT_WORKDIR, prepare_dataset, train_files
 from benchmarks.memory import PeakMemory
 from benchmarks.table import print_table, result_row
 
 BENCH_DIR = Path(__file__).resolve().parent
 RESULTS_PATH = BENCH_DIR / "results" / "train.json"
 DDP_SCRIPT = BENCH_DIR / "baselines" / "ddp_train.py"
-DEFAULT_WORKDIR = Path(tempfile.gettempdir()) / "sparkml_par_bench"
 SCALING_TARGET = 0.8
 DDP_TARGET = 1.0
 LOADER_TARGET = 1.0
 CNN_ARGS = {"channels": [32, 64], "hidden": 300}
 CNN_SHAPE = [1, 28, 28]
 MLP_HIDDEN = [256, 256]
-# The splits the trainer validates on each epoch are kept small: epoch_time includes validation.
-SPLIT = ["data.split.train=0.98", "data.split.validation=0.01", "data.split.test=0.01"]
 DEFAULT_VARIANTS = ["HOROVOD_CYCLE_TIME=5"]
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Datasets
-
-
-def prepare_dataset(
-    spark, workdir: Path, name: str, rows: int, features: int, classes: int = 10, feature_shape: list[int] | None = None
-) -> tuple[str, dict]:
-    """(dataset URL, manifest) of a synthetic dataset under workdir/name, written once and then reused."""
-    from data_prep.job import prepare
-    from data_prep.manifest import read_manifest
-    from sparkml_par import storage
-    from sparkml_par.config import load_config
-    from sparkml_par.contract import MANIFEST
-
-    cfg = load_config(
-        None,
-        [
-            "data.source=synthetic",
-            f"data.synthetic.rows={rows}",
-            f"data.synthetic.features={features}",
-            f"data.synthetic.classes={classes}",
-            f"data.output={workdir / name}",
-            "data.mode=overwrite",
-            *SPLIT,
-        ],
-    )
-    started = time.perf_counter()
-    result = prepare(spark, cfg.data)
-    if not result.skipped:
-        print(f"  wrote {name}: {rows} rows x {features} features in {time.perf_counter() - started:.0f} s", flush=True)
-    url, manifest = result.output, result.manifest
-    if feature_shape is not None and manifest["feature_shape"] != feature_shape:
-        # The synthetic source only knows flat features; the CNN needs [C, H, W] from the manifest.
-        manifest = dict(manifest, feature_shape=feature_shape)
-        manifest_url = f"{url}/{MANIFEST}"
-        storage.write_json(storage.HadoopFs(spark, manifest_url), manifest_url, manifest)
-    return url, read_manifest(spark, url)
-
-
-def train_files(url: str, manifest: dict) -> list[str]:
-    root = Path(url.removeprefix("file://")) / manifest["splits"]["train"]["path"]
-    return sorted(str(root / name) for name in manifest["splits"]["train"]["files"])
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -225,7 +177,7 @@ def start_baseline(args: argparse.Namespace, record: dict) -> DdpBaseline | None
 
 
 def baseline_call(baseline: DdpBaseline | None, record: dict, step):
-    return launch_bench.baseline_step(baseline, record, step, error_key="ddp_error")
+    return baseline_step(baseline, record, step, error_key="ddp_error")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -655,18 +607,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    # petastorm 0.12 on pyarrow 14: deprecation notices on every reader the driver opens.
-    warnings.filterwarnings("ignore", category=FutureWarning, module=r"petastorm(\.|$)")
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    args = build_parser().parse_args(argv)
+def _resolve(args: argparse.Namespace) -> str | None:
     if min(args.rounds, args.reps) < 1 or args.cnn_epochs < 2 or args.mlp_epochs < 2:
-        raise SystemExit("--rounds and --reps must be at least 1, --cnn-epochs and --mlp-epochs at least 2")
+        return "--rounds and --reps must be at least 1, --cnn-epochs and --mlp-epochs at least 2"
     if args.mlp_variant is None:
         args.mlp_variant = list(DEFAULT_VARIANTS)
     args.mlp_variant = [v for v in args.mlp_variant if v != "none"]
-    rows = run(args)
-    return 0 if all(row["met"] is not False for row in rows) else 1
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    return entry.main(argv, build_parser, run, _resolve)
 
 
 if __name__ == "__main__":

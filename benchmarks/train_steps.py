@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import socket
 import statistics
@@ -33,6 +32,7 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks import entry
 from benchmarks.memory import PeakMemory
 from benchmarks.table import print_table, result_row
 
@@ -202,8 +202,7 @@ def run(args: argparse.Namespace) -> list[dict]:
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.train_steps", description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--steps", type=int, default=800)
@@ -216,11 +215,17 @@ def main(argv: list[str] | None = None) -> int:
         help="also time the default optimizer with this Horovod setting (repeatable)",
     )
     parser.add_argument("--json", type=Path, default=RESULTS_PATH)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _resolve(args: argparse.Namespace) -> str | None:
     if args.rounds < 1 or args.steps <= SKIP:
-        raise SystemExit(f"--rounds must be at least 1 and --steps above {SKIP}")
-    run(args)
-    return 0
+        return f"--rounds must be at least 1 and --steps above {SKIP}"
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    return entry.main(argv, build_parser, run, _resolve)
 
 
 if __name__ == "__main__":
