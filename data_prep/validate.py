@@ -96,22 +96,13 @@ def validate(ing: Ingested, cfg: DataConfig) -> Validated:
         seen = int(clean_row["top"]) + 1 if clean_row is not None and clean_row["top"] is not None else 0
         num_classes = cfg.num_classes or (len(classes) if classes else seen)
 
-    clean = annotated.where(F.col(REJECT_REASON).isNull()).select(
+    clean_columns = [
         ROW_ID,
         F.col("_label_value").alias(cfg.label),
         *[F.col(f"_typed_{i}").alias(spec.name) for i, spec in enumerate(specs)],
         *carried,
-    )
-    return Validated(
-        clean=clean,
-        rejected=_rejected(annotated, df, raw_columns),
-        rows_in=rows_in,
-        rows_clean=clean_row["n"] if clean_row else 0,
-        reasons=dict(sorted(reasons.items())),
-        num_classes=num_classes,
-        features=specs,
-        classes=classes,
-    )
+    ]
+    return _validated(annotated, df, raw_columns, clean_columns, counts, specs, num_classes, classes)
 
 
 def validate_for_scoring(ing: Ingested, cfg: DataConfig, specs: list[ColumnSpec]) -> Validated:
@@ -134,19 +125,27 @@ def validate_for_scoring(ing: Ingested, cfg: DataConfig, specs: list[ColumnSpec]
             fix=f"the model's features are built from the raw columns {names!r}: give the input all of them",
         )
     annotated, counts = _annotate(df, cfg, specs, None)
-    rows_in, reasons, clean_row = _tally(counts)
     others = [F.col(f"`{c}`") for c in raw_columns if c not in names]
-    clean = annotated.where(F.col(REJECT_REASON).isNull()).select(
-        ROW_ID, *[F.col(f"_typed_{i}").alias(name) for i, name in enumerate(names)], *others
-    )
+    clean_columns = [ROW_ID, *[F.col(f"_typed_{i}").alias(name) for i, name in enumerate(names)], *others]
+    return _validated(annotated, df, raw_columns, clean_columns, counts, specs)
+
+
+def _validated(
+    annotated, df, raw_columns, clean_columns, counts, specs, num_classes: int = 0, classes=None
+) -> Validated:
+    """The clean rows (clean_columns of the rows without a reason), the quarantined raw rows and their counts."""
+    from pyspark.sql import functions as F
+
+    rows_in, reasons, clean_row = _tally(counts)
     return Validated(
-        clean=clean,
+        clean=annotated.where(F.col(REJECT_REASON).isNull()).select(*clean_columns),
         rejected=_rejected(annotated, df, raw_columns),
         rows_in=rows_in,
         rows_clean=clean_row["n"] if clean_row else 0,
         reasons=dict(sorted(reasons.items())),
-        num_classes=0,
+        num_classes=num_classes,
         features=specs,
+        classes=classes,
     )
 
 

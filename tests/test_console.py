@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch.nn as nn
-from run_outputs import outputs_under
+from run_settings import outputs_under
 
 from sparkml_par.contract import RUN_LOG
 

@@ -12,23 +12,13 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pyarrow.dataset as ds
+from run_settings import tiny_job
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "jobs" / "databricks_notebook.py"
 SEPARATOR = "# COMMAND ----------"
 
-FAST = [
-    "data.source=synthetic",
-    "data.synthetic.rows=300",
-    "data.synthetic.features=8",
-    "data.synthetic.classes=3",
-    "data.max_shards=2",
-    "train.model=mlp",
-    "train.model_args={hidden: [16]}",
-    "train.epochs=1",
-    "train.num_proc=2",
-    "train.batch_size=32",
-]
+FAST = [*tiny_job(rows=300, epochs=1), "train.model_args={hidden: [16]}"]
 
 
 def notebook_cells() -> list[str]:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from run_outputs import outputs_under
+from run_settings import outputs_under, tiny_job
 from simulated_cluster import SimulatedCluster, unavailable_reason
 
 from sparkml_par.train.loop import steps_per_epoch
@@ -24,18 +24,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(unavailable_reason() is not N
 
 ROOT = Path(__file__).parents[1]
 CLI = str(Path(sys.executable).with_name("sparkml-par"))
-TINY = [
-    "data.source=synthetic",
-    "data.synthetic.rows=600",
-    "data.synthetic.features=8",
-    "data.synthetic.classes=3",
-    "data.max_shards=2",
-    "train.model=mlp",
-    "train.model_args={hidden: [16]}",
-    "train.epochs=3",
-    "train.batch_size=32",
-    "train.num_proc=2",
-]
+TINY = [*tiny_job(rows=600, epochs=3), "train.model_args={hidden: [16]}"]
 
 
 @pytest.fixture(scope="module")

@@ -5,21 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from run_settings import tiny_job
 
 from sparkml_par.config import load_config
 from sparkml_par.pipeline import run_pipeline
 
-TINY = [
-    "data.source=synthetic",
-    "data.synthetic.rows=400",
-    "data.synthetic.features=8",
-    "data.synthetic.classes=3",
-    "data.max_shards=2",
-    "train.model=mlp",
-    "train.epochs=2",
-    "train.batch_size=32",
-    "train.num_proc=2",
-]
+TINY = [*tiny_job(rows=400, epochs=2)]
 
 
 @pytest.fixture(scope="module")

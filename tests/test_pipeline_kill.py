@@ -17,35 +17,14 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
+from run_settings import outputs_under, tiny_job
 
 from sparkml_par.config import load_config
 from sparkml_par.pipeline import run_pipeline
 
 # Six epochs so that a kill after the first checkpoint lands in the middle of training.
-SETTINGS = [
-    "spark.master=local[2]",
-    "data.source=synthetic",
-    "data.synthetic.rows=600",
-    "data.synthetic.features=8",
-    "data.synthetic.classes=3",
-    "data.max_shards=2",
-    "train.model=mlp",
-    "train.epochs=6",
-    "train.batch_size=32",
-    "train.num_proc=2",
-    "train.optimizer=sgd",
-    "train.lr=0.05",
-]
+SETTINGS = [*tiny_job(rows=600, epochs=6), "spark.master=local[2]", "train.optimizer=sgd", "train.lr=0.05"]
 CLI = [str(Path(sys.executable).parent / "sparkml-par"), "run"]
-
-
-def _outputs(run_dir: Path) -> list[str]:
-    return [
-        f"output.run_dir={run_dir}",
-        f"data.output={run_dir}/dataset",
-        f"train.output={run_dir}/model",
-        f"score.output={run_dir}/predictions",
-    ]
 
 
 def _kill_when(run_dir: Path, stage: str) -> bool:
@@ -63,7 +42,7 @@ def _kill_when(run_dir: Path, stage: str) -> bool:
 def clean(spark, tmp_path_factory):
     """The same pipeline run once without interruption, in the test's own session."""
     run_dir = tmp_path_factory.mktemp("clean")
-    run_pipeline(spark, load_config(None, [*SETTINGS, "train.seed=7", *_outputs(run_dir)]))
+    run_pipeline(spark, load_config(None, [*SETTINGS, "train.seed=7", *outputs_under(run_dir)]))
     return run_dir
 
 
@@ -81,7 +60,7 @@ def test_a_run_killed_in_a_stage_reruns_to_the_outputs_of_a_clean_run(clean, tmp
     run_dir.mkdir()
     conf = tmp_path / "conf.yaml"
     conf.write_text("train:\n  seed: 7\n")
-    command = [*CLI, str(conf), *SETTINGS, *_outputs(run_dir)]
+    command = [*CLI, str(conf), *SETTINGS, *outputs_under(run_dir)]
     with open(tmp_path / "killed.log", "wb") as out:
         killed = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 240

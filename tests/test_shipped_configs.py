@@ -11,7 +11,7 @@ from pathlib import Path
 
 import foreign_data
 import pytest
-from run_outputs import outputs_under
+from run_settings import outputs_under
 
 from sparkml_par.config import load_config
 from sparkml_par.errors import SparkmlParError

@@ -9,19 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from run_settings import tiny_job
 
 ROOT = Path(__file__).parents[1]
-TINY = [
-    "data.source=synthetic",
-    "data.synthetic.rows=300",
-    "data.synthetic.features=8",
-    "data.synthetic.classes=3",
-    "data.max_shards=2",
-    "train.model=mlp",
-    "train.epochs=1",
-    "train.batch_size=32",
-    "train.num_proc=2",
-]
+TINY = [*tiny_job(rows=300, epochs=1)]
 
 
 def _spark_submit(master: str, script: str, *args: str) -> subprocess.CompletedProcess:
