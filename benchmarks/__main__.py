@@ -41,6 +41,7 @@ PARTS: dict[str, list[str]] = {
     "train": ["--rounds", "1", "--plain-seconds", "2", "--mlp-variant", "none"],
     "train_steps": ["--rounds", "1"],
     "score": ["--rows", "200000"],
+    "storage": ["--reps", "3"],
     "end_to_end": [],
 }
 TAIL_LINES = 30

@@ -34,6 +34,7 @@ REJECTED_SUFFIX = ".rejected"
 TRAIN_METRICS = "metrics.jsonl"
 MODEL_DIR = "model"
 WEIGHTS = "weights.pt"
+COMPLETE_MARKER = "_COMPLETE"  # written last into a directory published on an object store (sparkml_par.store)
 MODEL_DESCRIPTION = "model.json"
 MODEL_METRICS = "metrics.json"
 CONFIG_COPY = "config.yaml"

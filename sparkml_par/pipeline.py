@@ -27,10 +27,9 @@ from sparkml_par.report import STAGE as REPORT
 from sparkml_par.session import spark_session
 from sparkml_par.stage import Run, Stage, StageRecord
 from sparkml_par.storage import check_writable_directory, check_writable_url, qualify_url
+from sparkml_par.store import Store
 from sparkml_par.train.job import STAGE as TRAIN
-from sparkml_par.train.job import local_path
 from sparkml_par.tune.job import STAGE as TUNE
-from sparkml_par.tune.job import output_dir
 
 log = logging.getLogger("sparkml_par.pipeline")
 
@@ -66,7 +65,7 @@ class RunState:
 
 def run_pipeline(spark, cfg: Config) -> dict[str, StageRecord]:
     """Runs every stage that is due; returns the records of all stages of this run."""
-    run_dir = check_local_outputs(cfg)
+    run_dir = check_outputs(cfg)
     check_writable_url(spark, qualify_url(cfg.score.output), "score.output")
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / CONFIG_COPY).write_text(cfg.to_yaml())
@@ -104,14 +103,14 @@ def _run_stage(stage: Stage, run: Run, state: RunState, forced: bool, position: 
     return record
 
 
-def check_local_outputs(cfg: Config) -> Path:
-    """Proves that the outputs the driver writes with plain file I/O can be written: a bad one fails in
-    seconds, before the session starts, not after prepare and an epoch of training."""
+def check_outputs(cfg: Config) -> Path:
+    """Proves that the outputs the project writes itself (sparkml_par.store) can be written: a bad one fails
+    in seconds, before the session starts, not after prepare and an epoch of training."""
     run_dir = Path(cfg.output.run_dir).absolute()
     check_writable_directory(run_dir, "output.run_dir")
-    check_writable_directory(Path(local_path(cfg.train.output)), "train.output")
+    Store(cfg.train.output).check_writable("train.output")
     if cfg.tune.space:
-        check_writable_directory(output_dir(cfg.tune.output), "tune.output")
+        Store(cfg.tune.output).check_writable("tune.output")
     score_url = qualify_url(cfg.score.output)
     if score_url.startswith("file://"):  # elsewhere Spark's filesystem is asked once the session is up
         check_writable_directory(Path(score_url.removeprefix("file://")), "score.output")
@@ -124,7 +123,7 @@ STAGES = tuple(stage.name for stage in PIPELINE)
 
 def run(cfg: Config) -> int:
     """Entry point of `sparkml-par run`: the pipeline, its log in the run directory, a final summary."""
-    run_dir = check_local_outputs(cfg)
+    run_dir = check_outputs(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     log_file = run_dir / RUN_LOG
     handler = logging.FileHandler(log_file)

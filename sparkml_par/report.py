@@ -13,7 +13,6 @@ import html
 import json
 import logging
 import os
-import shutil
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -45,7 +44,9 @@ from sparkml_par.contract import (
     SCORE_METRICS,
     TRAIN_METRICS,
 )
+from sparkml_par.errors import SparkmlParError
 from sparkml_par.stage import Run, Stage, always_due, fingerprint
+from sparkml_par.store import Store
 
 log = logging.getLogger("sparkml_par.report")
 
@@ -89,9 +90,9 @@ class _Plots:
         self.written.append(name)
         return name
 
-    def copy(self, source: Path, name: str) -> str:
+    def write(self, data: bytes, name: str) -> str:
         with atomic.atomic_path(self.directory / name) as temp:
-            shutil.copyfile(source, temp)
+            temp.write_bytes(data)
         self.written.append(name)
         return name
 
@@ -144,10 +145,18 @@ def _read_json(path: Optional[Path]) -> Optional[Any]:
     return json.loads(path.read_text())
 
 
-def _read_jsonl(path: Optional[Path]) -> list[dict[str, Any]]:
-    if path is None or not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def _stored(url: str, name: str) -> Optional[bytes]:
+    """A file of an output the project writes itself (train.output, tune.output): through sparkml_par.store,
+    wherever it is; None when it is not there."""
+    try:
+        return Store(url).read_bytes(name)
+    except (OSError, SparkmlParError):
+        return None
+
+
+def _stored_json(url: str, name: str) -> Optional[Any]:
+    data = _stored(url, name)
+    return None if data is None else json.loads(data)
 
 
 def _under(url: str, *parts: str) -> Optional[Path]:
@@ -241,12 +250,16 @@ def _profile_html(profile: dict[str, Any]) -> str:
 
 
 def _training_section(cfg: Config, plots: _Plots) -> Section:
-    history = _read_jsonl(_under(cfg.train.output, TRAIN_METRICS))
-    model_metrics = _read_json(_under(cfg.train.output, MODEL_DIR, MODEL_METRICS)) or {}
+    lines = (_stored(cfg.train.output, TRAIN_METRICS) or b"").decode().splitlines()
+    history = [json.loads(line) for line in lines if line.strip()]
+    model_metrics = _stored_json(f"{cfg.train.output.rstrip('/')}/{MODEL_DIR}", MODEL_METRICS) or {}
     history = history or model_metrics.get("history", [])
     if not history:
         return Section(
-            "training", "Training", _p(_absent(cfg.train.output, f"training metrics ({TRAIN_METRICS})")), ran=False
+            "training",
+            "Training",
+            _p(f"{NOT_RUN}: no training metrics ({TRAIN_METRICS}) at {cfg.train.output}."),
+            ran=False,
         )
     parts = [
         _p(
@@ -332,13 +345,13 @@ def _epoch_axis(axes) -> None:
 
 
 def _tuning_section(cfg: Config, plots: _Plots) -> Section:
-    trials = _read_json(_under(cfg.tune.output, "trials.json"))
-    plot = _under(cfg.tune.output, _TUNE_PLOT)
-    if trials is None and not (plot and plot.is_file()):
-        return Section("tuning", "Tuning", _p(_absent(cfg.tune.output, "search (trials.json)")), ran=False)
+    trials = _stored_json(cfg.tune.output, "trials.json")
+    plot = _stored(cfg.tune.output, _TUNE_PLOT)
+    if trials is None and plot is None:
+        return Section("tuning", "Tuning", _p(f"{NOT_RUN}: no search (trials.json) at {cfg.tune.output}."), ran=False)
     parts = [_p(f"search in {cfg.tune.output}: {cfg.tune.metric} ({cfg.tune.direction})")]
-    if plot and plot.is_file():
-        parts.append(_img(plots.copy(plot, "tuning_scores.png"), f"{cfg.tune.metric} by trial"))
+    if plot is not None:
+        parts.append(_img(plots.write(plot, "tuning_scores.png"), f"{cfg.tune.metric} by trial"))
     if trials:
         best = _best_trial(trials, cfg.tune.direction)
         if best is not None:
@@ -463,7 +476,7 @@ def _plot_confusion(matrix: list[list[int]], plots: _Plots) -> str:
 def _label_column(cfg: Config, scored: dict[str, Any]) -> str:
     """The label column of the predictions: the model's, else data.label."""
     model_dir = scored.get("model") or f"{cfg.train.output.rstrip('/')}/{MODEL_DIR}"
-    description = _read_json(_under(str(model_dir), MODEL_DESCRIPTION)) or {}
+    description = _stored_json(str(model_dir), MODEL_DESCRIPTION) or {}
     return description.get("label_column") or cfg.data.label
 
 

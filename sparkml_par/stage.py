@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from sparkml_par.config import Config, load_config
+from sparkml_par.store import local_file
 
 
 @dataclasses.dataclass
@@ -39,7 +40,10 @@ class Run:
     def train_cfg(self) -> Config:
         """The config training uses: the tuned best config when this run tuned, else the run's own."""
         tuned = self.records.get("tune")
-        return load_config(tuned.output, [f"train.output={self.cfg.train.output}"]) if tuned else self.cfg
+        if tuned is None:
+            return self.cfg
+        with local_file(tuned.output) as best:
+            return load_config(best, [f"train.output={self.cfg.train.output}"])
 
     def dataset_fingerprint(self) -> str:
         return self.records["prepare"].summary["fingerprint"]

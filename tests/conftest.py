@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+from s3_server import ACCESS, S3Server, reserve_port
 
 from sparkml_par.config import SparkConfig
 from sparkml_par.session import get_or_create_session
@@ -13,6 +14,22 @@ from sparkml_par.session import get_or_create_session
 # Spark's Python workers import functions defined in test modules by name, as executors would import a
 # user's package: put the test directory on their path.
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")]))
+# The S3 server's address and test credentials, before any session or worker starts (tests/s3_server.py).
+_S3 = S3Server(reserve_port())
+os.environ.update(ACCESS, AWS_ENDPOINT_URL=_S3.endpoint)
+
+
+@pytest.fixture(scope="session")
+def s3():
+    """The loopback S3 server (moto), started on first use."""
+    yield _S3
+    _S3.stop()
+
+
+@pytest.fixture
+def bucket(s3) -> str:
+    """A fresh bucket of the loopback S3 server: its s3:// URL."""
+    return s3.new_bucket()
 
 
 @pytest.fixture(scope="session")

@@ -50,7 +50,7 @@ def test_training_state_round_trip(tmp_path):
         "metrics": {"val_loss": 0.5, "history": [1.0, 0.5]},
     }
     path = write_checkpoint_atomically(tmp_path, 3, state, keep=2)
-    assert path == tmp_path / "checkpoint-00003.pt"
+    assert path == str(tmp_path / "checkpoint-00003.pt")
     loaded = load_latest_checkpoint(tmp_path, FINGERPRINT)
     assert loaded["epoch"] == 3 and loaded["metrics"] == state["metrics"]
     for key, tensor in model.state_dict().items():

@@ -82,7 +82,7 @@ def test_checkpoint_write_killed_mid_file_leaves_the_previous_checkpoint(tmp_pat
     subprocess.run([sys.executable, "-c", CHECKPOINT_WRITER, str(tmp_path), "1", "10"], check=True)
     writer = subprocess.Popen([sys.executable, "-c", CHECKPOINT_WRITER, str(tmp_path), "2", str(100_000_000)])
     _wait_for(
-        lambda: any(p.stat().st_size > 0 for p in tmp_path.glob(".checkpoint-00002.*.tmp")),
+        lambda: any(p.stat().st_size > 0 for p in tmp_path.glob(".checkpoint-00002.tmp-*.pt")),
         writer,
         "a partial checkpoint file",
     )

@@ -8,15 +8,14 @@ loading weights for every batch (or every task) would cost more than scoring.
 from __future__ import annotations
 
 import math
-import os
 import threading
 from typing import Any
 
 import numpy as np
 import torch
 
-from sparkml_par.contract import PREDICTION, PROBABILITIES, WEIGHTS
-from sparkml_par.train.artifact import load_model_artifact
+from sparkml_par.contract import PREDICTION, PROBABILITIES
+from sparkml_par.train.artifact import load_model_artifact, publication
 
 _CACHE: dict[tuple[str, str, int], "Predictor"] = {}
 _CACHE_LOCK = threading.Lock()
@@ -68,21 +67,14 @@ def load_predictor(artifact_dir: str, device: str = "cpu") -> Predictor:
 def cached_predictor(artifact_dir: str, device: str) -> Predictor:
     """The process's predictor of this artifact on this device, loaded on first use.
 
-    Spark reuses Python workers across jobs: the weights file's modification time is part of the key,
-    so an artifact retrained in place is loaded again instead of served stale from the cache.
+    Spark reuses Python workers across jobs: the artifact's publication is part of the key, so an
+    artifact retrained in place is loaded again instead of served stale from the cache.
     """
-    key = (artifact_dir, device, _weights_mtime(artifact_dir))
+    key = (artifact_dir, device, publication(artifact_dir))
     with _CACHE_LOCK:
         if key not in _CACHE:
             _CACHE[key] = load_predictor(artifact_dir, device)
         return _CACHE[key]
-
-
-def _weights_mtime(artifact_dir: str) -> int:
-    try:
-        return os.stat(os.path.join(artifact_dir.removeprefix("file://"), WEIGHTS)).st_mtime_ns
-    except OSError:
-        return -1  # load_model_artifact says what is missing
 
 
 def task_device() -> str:

@@ -23,6 +23,7 @@ from sparkml_par.infer.arrow_predict import output_schema, predict_batches
 from sparkml_par.spark_jobs import JobName, spark_job
 from sparkml_par.stage import Run, Stage, fingerprint
 from sparkml_par.storage import check_writable_url, staging_url
+from sparkml_par.store import Store
 
 log = logging.getLogger("sparkml_par.infer")
 
@@ -71,7 +72,7 @@ def _predictions(
     features = inputs.checked_features(df, description, id_column)
     carried = [id_column] + ([label] if label and label != id_column else [])
     checked = df.select(*[f"`{c}`" for c in carried], features.alias(_FEATURES))
-    predict = predict_batches(_local_artifact_path(model_dir), description, _FEATURES, carried, batch_size)
+    predict = predict_batches(Store(model_dir).url, description, _FEATURES, carried, batch_size)
     predictions = checked.mapInArrow(predict, output_schema(df, carried, description["task"]))
     return _with_class_names(predictions, description.get("classes")), scoring
 
@@ -176,12 +177,6 @@ def _run_spark_action(action, source: str) -> None:
         if error is None:
             raise
         raise error from None
-
-
-def _local_artifact_path(model_dir: str) -> str:
-    """The path the executors load from: the artifact is a local or mounted directory (see train.job)."""
-
-    return str(Path(str(model_dir).removeprefix("file://")).absolute())
 
 
 def summary(result: ScoreResult) -> str:

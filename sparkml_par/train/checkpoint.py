@@ -1,23 +1,22 @@
 """Checkpoints that survive crashes: atomic writes, keep-K pruning, fingerprinted resume.
 
-A checkpoint is written to a temporary file in the same directory, fsynced and renamed into place,
-so `checkpoint-00007.pt` is either complete or absent. Files are read back with
+A checkpoint is one file, `checkpoint-00007.pt`, written through `sparkml_par.store` at any URL
+train.output names: complete or absent (renamed into place on a local disk or HDFS, uploaded whole under
+its name on an object store), so resume finds the previous one when a write is killed. Files are read back with
 `torch.load(weights_only=True)`, which runs no pickled code; hence the state may hold only tensors,
 dicts, lists, tuples, strings, numbers, booleans and None, and RNG states are converted to tensors.
-The directory must be a local or mounted file system: atomicity relies on `os.replace`.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import os
 import random
 import re
-import tempfile
 from collections import OrderedDict
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,12 +24,14 @@ import torch
 
 from sparkml_par.config import TrainConfig
 from sparkml_par.errors import SparkmlParError
+from sparkml_par.store import Store
 
 logger = logging.getLogger(__name__)
 
 _CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)\.pt$")
-_TEMP_PREFIX = ".checkpoint-"
-_TEMP_SUFFIX = ".tmp"
+# What a write killed on a local disk leaves: atomic.atomic_path's hidden sibling (or, from versions
+# before the store, a mkstemp file `.checkpoint-00003.<random>.tmp`).
+_LEFTOVER = re.compile(r"^\.checkpoint-\d+\.(tmp-[0-9a-f]+\.pt|.+\.tmp)$")
 _PLAIN_SCALARS = (int, float, bool, str, type(None))
 
 
@@ -50,7 +51,7 @@ def checkpoint_fingerprint(model_spec: dict[str, Any], cfg: TrainConfig, dataset
     return json.loads(json.dumps(fingerprint, sort_keys=True))
 
 
-def write_checkpoint_atomically(directory: str | os.PathLike, epoch: int, state: dict[str, Any], keep: int) -> Path:
+def write_checkpoint_atomically(directory: str | os.PathLike, epoch: int, state: dict[str, Any], keep: int) -> str:
     """Writes `state` (which must hold a `fingerprint`) as checkpoint-{epoch:05d}.pt; keeps the newest `keep`.
 
     Checkpoints of later epochs are deleted: they belong to a run that has since restarted from an
@@ -63,22 +64,13 @@ def write_checkpoint_atomically(directory: str | os.PathLike, epoch: int, state:
     if keep < 1:
         raise ValueError(f"keep={keep!r}: at least the newest checkpoint must be kept")
     _check_plain(state, "state")
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"checkpoint-{epoch:05d}.pt"
-    fd, temp = tempfile.mkstemp(dir=directory, prefix=f"{_TEMP_PREFIX}{epoch:05d}.", suffix=_TEMP_SUFFIX)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            torch.save({**state, "epoch": epoch}, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        os.unlink(temp)
-        raise
-    _fsync_directory(directory)  # makes the rename itself durable
-    _prune(directory, epoch, keep)
-    return path
+    store = Store(os.fspath(directory))
+    buffer = io.BytesIO()
+    torch.save({**state, "epoch": epoch}, buffer)
+    name = f"checkpoint-{epoch:05d}.pt"
+    store.write_bytes(name, buffer.getvalue())
+    _prune(store, epoch, keep)
+    return f"{store.url}/{name}"
 
 
 def load_latest_checkpoint(directory: str | os.PathLike, fingerprint: dict) -> dict[str, Any] | None:
@@ -88,24 +80,28 @@ def load_latest_checkpoint(directory: str | os.PathLike, fingerprint: dict) -> d
     older complete checkpoint is used. A checkpoint of another model or config is refused, not skipped:
     silently starting over would discard the other run's work.
     """
-    for _epoch, path in sorted(_checkpoints(Path(directory)), reverse=True):
+    store = Store(os.fspath(directory))
+    for _epoch, name in sorted(_checkpoints(store), reverse=True):
+        where = f"{store.url}/{name}"
         try:
-            state = torch.load(path, map_location="cpu", weights_only=True)
+            state = torch.load(io.BytesIO(store.read_bytes(name)), map_location="cpu", weights_only=True)
         except Exception as exc:  # any reason a file cannot be read makes it unusable; say which
-            logger.warning("skipping checkpoint %s: it cannot be read (%s)", path, _read_error(exc))
+            logger.warning("skipping checkpoint %s: it cannot be read (%s)", where, _read_error(exc))
             continue
         if not isinstance(state, dict) or "fingerprint" not in state:
-            logger.warning("skipping checkpoint %s: it holds no checkpoint fingerprint", path)
+            logger.warning("skipping checkpoint %s: it holds no checkpoint fingerprint", where)
             continue
         if _canonical(state["fingerprint"]) != _canonical(fingerprint):
-            raise SparkmlParError(_mismatch_message(path, state["fingerprint"], fingerprint))
+            raise SparkmlParError(_mismatch_message(where, state["fingerprint"], fingerprint))
         return state
     return None
 
 
-def newest_checkpoint(directory: str | os.PathLike) -> Path | None:
-    """The newest checkpoint file by its name, without reading it: for messages about where a run stands."""
-    return max(_checkpoints(Path(directory)), default=(0, None))[1]
+def newest_checkpoint(directory: str | os.PathLike) -> str | None:
+    """The newest checkpoint's URL by its name, without reading it: for messages about where a run stands."""
+    store = Store(os.fspath(directory))
+    newest = max(_checkpoints(store), default=None)
+    return f"{store.url}/{newest[1]}" if newest else None
 
 
 def capture_rng_state() -> dict[str, Any]:
@@ -146,14 +142,12 @@ def restore_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _checkpoints(directory: Path) -> list[tuple[int, Path]]:
-    if not directory.is_dir():
-        return []
+def _checkpoints(store: Store) -> list[tuple[int, str]]:
     found = []
-    for path in directory.iterdir():
-        match = _CHECKPOINT_NAME.match(path.name)
+    for name in store.names():
+        match = _CHECKPOINT_NAME.match(name)
         if match:
-            found.append((int(match.group(1)), path))
+            found.append((int(match.group(1)), name))
     return found
 
 
@@ -168,23 +162,16 @@ def _read_error(exc: Exception) -> str:
     return f"{type(exc).__name__}: {lines[0].split('. ')[0] if lines else ''}"
 
 
-def _prune(directory: Path, written_epoch: int, keep: int) -> None:
-    checkpoints = sorted(_checkpoints(directory))
-    kept = [path for epoch, path in checkpoints if epoch <= written_epoch][-keep:]
-    for _, path in checkpoints:
-        if path not in kept:
-            path.unlink()
-    # Temporary files are left only by writes that crashed; only one writer (rank 0) uses the directory.
-    for path in directory.glob(f"{_TEMP_PREFIX}*{_TEMP_SUFFIX}"):
-        path.unlink()
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _prune(store: Store, written_epoch: int, keep: int) -> None:
+    checkpoints = sorted(_checkpoints(store))
+    kept = [name for epoch, name in checkpoints if epoch <= written_epoch][-keep:]
+    for _, name in checkpoints:
+        if name not in kept:
+            store.delete(name)
+    # Leftovers come only from writes that crashed; only one writer (rank 0) uses the directory.
+    for name in store.names():
+        if _LEFTOVER.match(name):
+            store.delete(name)
 
 
 def _check_plain(value: Any, where: str) -> None:
@@ -218,7 +205,7 @@ def _short_hash(fingerprint: Any) -> str:
     return hashlib.sha256(_canonical(fingerprint).encode()).hexdigest()[:12]
 
 
-def _mismatch_message(path: Path, found: Any, expected: Any) -> str:
+def _mismatch_message(path: str, found: Any, expected: Any) -> str:
     differences = "; ".join(
         f"{key}: {_canonical(old)} in the checkpoint, {_canonical(new)} now"
         for key, old, new in _differences(found, expected, "")

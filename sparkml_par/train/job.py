@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from sparkml_par import launch
@@ -27,14 +26,15 @@ from sparkml_par.contract import (
     MANIFEST_SPLITS,
     MANIFEST_TASK,
     MODEL_DIR,
-    WEIGHTS,
 )
 from sparkml_par.errors import SparkmlParError
 from sparkml_par.launch.slots import check_barrier_launch
 from sparkml_par.models.registry import build_from_spec, model_spec
 from sparkml_par.spark_jobs import spark_job
 from sparkml_par.stage import Run, Stage, fingerprint
-from sparkml_par.storage import check_writable_directory, local_directory, qualify_url
+from sparkml_par.storage import qualify_url
+from sparkml_par.store import Store
+from sparkml_par.train.artifact import artifact_complete
 from sparkml_par.train.checkpoint import checkpoint_fingerprint, newest_checkpoint
 from sparkml_par.train.loop import TrainJob, train_rank
 from sparkml_par.train.metrics import epoch_record_metrics
@@ -50,18 +50,6 @@ class TrainResult:
     epochs_run: int
     stopped_early: bool
     seconds: float
-
-
-def local_path(url: str) -> str:
-    """Rank 0 writes checkpoints and the artifact with plain file I/O: a local or mounted directory."""
-    return str(
-        local_directory(
-            url,
-            "train.output",
-            "rank 0 writes checkpoints and the artifact with plain file "
-            "I/O, so the driver and the rank-0 executor must share it",
-        )
-    )
 
 
 def build_train_job(manifest: dict[str, Any], dataset_url: str, cfg: Config, num_proc: int) -> TrainJob:
@@ -99,7 +87,7 @@ def build_train_job(manifest: dict[str, Any], dataset_url: str, cfg: Config, num
         task=task,
         model_spec=spec,
         fingerprint=checkpoint_fingerprint(spec, cfg.train, manifest[MANIFEST_FINGERPRINT]),
-        output=local_path(cfg.train.output),
+        output=Store(cfg.train.output).url,
         description={
             "spec": spec,
             "task": task,
@@ -140,7 +128,7 @@ def train(spark, cfg: Config) -> TrainResult:
     """Trains cfg.train.model on the dataset at cfg.data.output with cfg.train.num_proc Horovod ranks."""
     from data_prep.manifest import read_manifest
 
-    check_writable_directory(Path(local_path(cfg.train.output)), "train.output")
+    Store(cfg.train.output).check_writable("train.output")
     dataset_url = qualify_url(cfg.data.output)
     manifest = read_manifest(spark, dataset_url)
     if manifest is None:
@@ -183,7 +171,7 @@ def train(spark, cfg: Config) -> TrainResult:
             )
             results = launcher.run(train_rank, job)
     except launch.LaunchError as exc:
-        newest = newest_checkpoint(Path(job.output) / "checkpoints")
+        newest = newest_checkpoint(f"{job.output}/checkpoints")
         where = (
             f"the newest checkpoint is {newest}: `sparkml-par train` with the same config resumes from it"
             if newest
@@ -270,6 +258,6 @@ def _stage_work(run: Run, resume: bool):
 STAGE = Stage(
     "train",
     lambda run: fingerprint(asdict(run.train_cfg.train), run.dataset_fingerprint()),
-    lambda run: Path(run.train_cfg.train.output, MODEL_DIR, WEIGHTS).exists(),
+    lambda run: artifact_complete(f"{run.train_cfg.train.output.rstrip('/')}/{MODEL_DIR}"),
     _stage_work,
 )

@@ -14,20 +14,19 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sparkml_par import atomic
 from sparkml_par.config import TrainConfig
 from sparkml_par.contract import MODEL_DIR, TRAIN_METRICS
 from sparkml_par.errors import ConfigError
 from sparkml_par.launch import current_rank
 from sparkml_par.models.registry import build_from_spec
 from sparkml_par.parallel.staged import StagedModel
+from sparkml_par.store import Store
 from sparkml_par.train import distributed
 from sparkml_par.train.artifact import write_model_artifact
 from sparkml_par.train.checkpoint import (
@@ -53,7 +52,7 @@ class TrainJob:
     task: str
     model_spec: dict[str, Any]
     fingerprint: dict[str, Any]
-    output: str  # local or mounted directory shared by rank 0 and the driver
+    output: str  # URL of train.output (sparkml_par.store): checkpoints, metrics.jsonl, the artifact
     description: dict[str, Any]  # dataset facts stored in the artifact for scoring
     config_yaml: str
     use_gpu: bool = False
@@ -110,6 +109,7 @@ class Trainer:
         self.schedule = build_scheduler(self.optimizer, cfg, self.steps // cfg.accumulation_steps)
         self.stopper = EarlyStopping.from_config(cfg.early_stopping)
         self.scaler = torch.amp.GradScaler("cuda") if cfg.precision == "fp16" else None
+        self.output = Store(job.output)
         self.state = self._resume()
         distributed.broadcast_training_state(self.base, self.optimizer)
 
@@ -141,7 +141,6 @@ class Trainer:
             for name in ("validation", "test")
             if job.split_rows.get(name, 0) >= self.size
         }
-        self.output = Path(job.output)
         self.max_steps_reached = False
 
     def fit(self) -> dict[str, Any]:
@@ -161,7 +160,7 @@ class Trainer:
             if state.epoch % cfg.checkpoint_every == 0 or last:
                 self._checkpoint()
             if self.rank == 0:
-                _write_metrics(self.output / TRAIN_METRICS, state.history)
+                _write_metrics(self.output, state.history)
             if stop or self.max_steps_reached:
                 break
 
@@ -174,9 +173,13 @@ class Trainer:
                 "stopped_early": bool(state.history) and state.epoch < cfg.epochs and not self.max_steps_reached,
             }
             artifact = write_model_artifact(
-                self.output / MODEL_DIR, self.base.state_dict(), self.job.description, metrics, self.job.config_yaml
+                self.output.child(MODEL_DIR).url,
+                self.base.state_dict(),
+                self.job.description,
+                metrics,
+                self.job.config_yaml,
             )
-            result.update(metrics, artifact=str(artifact))
+            result.update(metrics, artifact=artifact)
         return result
 
     def _epoch(self, epoch: int) -> dict[str, Any]:
@@ -256,7 +259,7 @@ class Trainer:
         """Rank 0 reads the newest checkpoint; the others get its scalar state here and weights by broadcast."""
         job, checkpoint = self.job, None
         if self.rank == 0 and job.train.resume == "auto":
-            checkpoint = load_latest_checkpoint(Path(job.output) / "checkpoints", job.fingerprint)
+            checkpoint = load_latest_checkpoint(self.output.child("checkpoints").url, job.fingerprint)
             if checkpoint is not None:
                 self.base.load_state_dict(checkpoint["model"])
                 self.optimizer.load_state_dict(checkpoint["optimizer"])
@@ -286,7 +289,7 @@ class Trainer:
             return
         state = self.state
         write_checkpoint_atomically(
-            self.output / "checkpoints",
+            self.output.child("checkpoints").url,
             state.epoch,
             {
                 "fingerprint": self.job.fingerprint,
@@ -369,10 +372,10 @@ def _report(record: dict[str, Any]) -> None:
         context.report(record)
 
 
-def _write_metrics(path: Path, history: list[dict[str, Any]]) -> None:
-    """The whole history, rewritten atomically: after a resume it holds each epoch exactly once."""
-    atomic.write_text(
-        path,
+def _write_metrics(output: Store, history: list[dict[str, Any]]) -> None:
+    """The whole history, rewritten whole: after a resume it holds each epoch exactly once."""
+    output.write_text(
+        TRAIN_METRICS,
         "".join(
             json.dumps({k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()})
             + "\n"

@@ -8,6 +8,7 @@ Running it again with the same tune.output continues the study (see `study.py`).
 from __future__ import annotations
 
 import logging
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -17,7 +18,8 @@ from sparkml_par.config import Config
 from sparkml_par.contract import MANIFEST_TASK
 from sparkml_par.errors import SparkmlParError
 from sparkml_par.stage import Run, Stage, fingerprint
-from sparkml_par.storage import check_writable_directory, local_directory, qualify_url
+from sparkml_par.storage import qualify_url
+from sparkml_par.store import Store, local_file
 from sparkml_par.tune import report
 from sparkml_par.tune.scheduler import run_search
 from sparkml_par.tune.space import SearchSpace, check_space_fits
@@ -40,14 +42,31 @@ class TuneResult:
     seconds: float = 0.0
 
 
-def output_dir(url: str) -> Path:
-    """The study, the table and every trial's files live in a local or mounted directory."""
-    return local_directory(
-        url,
-        "tune.output",
-        "the study is a sqlite file and each trial writes its checkpoints "
-        "there, so the driver and the executors must share it",
-    )
+class Workspace:
+    """tune.output as the search sees it: a local directory holding the study (sqlite) and its tables.
+
+    For a remote tune.output it is a local working copy: fetched when the search opens, so a search
+    interrupted on one machine resumes on another, and pushed after every told trial, so at most the
+    trials running when the driver died are redone. The trials themselves write to the URL directly.
+    """
+
+    def __init__(self, url: str):
+        self.store = Store(url)
+        if self.store.local is not None:
+            self.dir = self.store.local
+            return
+        self.dir = Path(tempfile.mkdtemp(prefix="sparkml_par-tune-"))
+        for name in self.store.names():
+            (self.dir / name).write_bytes(self.store.read_bytes(name))
+
+    def push(self) -> None:
+        if self.store.local is None:
+            for path in sorted(self.dir.iterdir()):
+                if path.is_file() and not path.name.startswith("."):
+                    self.store.write_bytes(path.name, path.read_bytes())
+
+    def url(self, name: str) -> str:
+        return f"{self.store.url}/{name}"
 
 
 def tune(spark, cfg: Config) -> TuneResult:
@@ -55,7 +74,7 @@ def tune(spark, cfg: Config) -> TuneResult:
     from data_prep.manifest import read_manifest
 
     started = time.monotonic()
-    check_writable_directory(output_dir(cfg.tune.output), "tune.output")
+    Store(cfg.tune.output).check_writable("tune.output")
     space = SearchSpace.from_config(cfg.tune.space)
     check_space_fits(cfg, space)
     dataset_url = qualify_url(cfg.data.output)
@@ -68,8 +87,8 @@ def tune(spark, cfg: Config) -> TuneResult:
     check_metric(cfg.tune.metric, manifest[MANIFEST_TASK])
     _warn_if_parallelism_exceeds_slots(spark, cfg.tune.parallelism)
 
-    out = output_dir(cfg.tune.output)
-    search = Search.open(cfg.tune, space, out)
+    out = Workspace(cfg.tune.output)
+    search = Search.open(cfg.tune, space, out.dir)
     already = len(search.finished_trials())
     log.info(
         "%s search of %s: %d of %d trials done, %d at a time, %s %s",
@@ -81,7 +100,7 @@ def tune(spark, cfg: Config) -> TuneResult:
         cfg.tune.direction,
         cfg.tune.metric,
     )
-    evaluate = SparkTrials(spark, cfg, manifest, dataset_url, out / "trials")
+    evaluate = SparkTrials(spark, cfg, manifest, dataset_url, out.url("trials"))
 
     def write_reports(_frozen=None) -> None:
         _write_reports(search, cfg, out)
@@ -91,10 +110,10 @@ def tune(spark, cfg: Config) -> TuneResult:
     result = TuneResult(
         trials=rows,
         best=best_row,
-        best_config=str(best_path) if best_path else None,
-        table_csv=str(out / "trials.csv"),
-        table_json=str(out / "trials.json"),
-        plot=str(out / "scores.png"),
+        best_config=out.url("best.yaml") if best_path else None,
+        table_csv=out.url("trials.csv"),
+        table_json=out.url("trials.json"),
+        plot=out.url("scores.png"),
         ran=ran,
     )
     if best_row is None:
@@ -104,28 +123,31 @@ def tune(spark, cfg: Config) -> TuneResult:
             f"the first error: {errors[0] if errors else 'none recorded'}"
         )
     if cfg.tune.retrain:
-        result.retrained = _retrain(spark, Path(best_path))
+        result.retrained = _retrain(spark, result.best_config)
     result.seconds = time.monotonic() - started
     return result
 
 
-def _write_reports(search: Search, cfg: Config, out: Path):
+def _write_reports(search: Search, cfg: Config, out: Workspace):
+    """The tables, the plot and best.yaml in the workspace, then the workspace pushed to tune.output."""
     rows = report.trial_rows(search.study, search.space)
-    report.write_table(rows, out)
-    report.plot_scores(rows, cfg.tune.metric, cfg.tune.direction, out / "scores.png")
+    report.write_table(rows, out.dir)
+    report.plot_scores(rows, cfg.tune.metric, cfg.tune.direction, out.dir / "scores.png")
     best = report.best_trial(search.study)
-    if best is None:
-        return rows, None, None
-    path = out / "best.yaml"
-    report.write_best_config(cfg, best, search.space, cfg.tune.metric, path)
-    return rows, rows[best.number], path
+    path = None
+    if best is not None:
+        path = out.dir / "best.yaml"
+        report.write_best_config(cfg, best, search.space, cfg.tune.metric, path)
+    out.push()
+    return rows, (rows[best.number] if best is not None else None), path
 
 
-def _retrain(spark, best_path: Path):
+def _retrain(spark, best_url: str):
     from sparkml_par.config import load_config
     from sparkml_par.train.job import train
 
-    best_cfg = load_config(best_path)
+    with local_file(best_url) as best:
+        best_cfg = load_config(best)
     log.info("retraining the best config with %d ranks into %s", best_cfg.train.num_proc, best_cfg.train.output)
     return train(spark, best_cfg)
 
@@ -179,6 +201,6 @@ def _stage_work(run: Run, _resume: bool):
 STAGE = Stage(
     "tune",
     lambda run: fingerprint(asdict(run.cfg.tune), asdict(run.cfg.train), run.dataset_fingerprint()),
-    lambda run: Path(run.cfg.tune.output, "best.yaml").exists(),
+    lambda run: Store(run.cfg.tune.output).exists("best.yaml"),
     _stage_work,
 )

@@ -12,18 +12,17 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import time
 import traceback
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from sparkml_par.config import Config
 from sparkml_par.contract import TRAIN_METRICS
 from sparkml_par.errors import ConfigError
 from sparkml_par.spark_jobs import BackgroundJob
+from sparkml_par.store import Store
 from sparkml_par.train.loop import TrainJob
 from sparkml_par.tune.scheduler import TrialControl
 from sparkml_par.tune.space import apply_params
@@ -99,24 +98,23 @@ def score_of(result: dict[str, Any], metric: str) -> float | None:
 class SparkTrials:
     """The scheduler's `evaluate` for Spark: one trial, one job of one task, a thread per trial."""
 
-    def __init__(self, spark, cfg: Config, manifest: dict[str, Any], dataset_url: str, trials_dir: Path):
+    def __init__(self, spark, cfg: Config, manifest: dict[str, Any], dataset_url: str, trials_url: str):
         self._sc = spark.sparkContext
         self._cfg = cfg
         self._manifest = manifest
         self._dataset_url = dataset_url
-        self._trials_dir = trials_dir
+        self._trials_dir = trials_url
 
     def trial_config(self, request: TrialRequest) -> Config:
-        output = self._trials_dir / f"{request.number:04d}"
-        return apply_params(self._cfg, request.params, {"train.output": str(output), "train.num_proc": 1})
+        output = f"{self._trials_dir}/{request.number:04d}"
+        return apply_params(self._cfg, request.params, {"train.output": output, "train.num_proc": 1})
 
     def __call__(self, request: TrialRequest, control: TrialControl) -> TrialOutcome:
         from sparkml_par.train.job import build_train_job
 
         cfg = self.trial_config(request)
-        output = Path(cfg.train.output)
         # A trial number is new to the study: anything in its directory is from a discarded study.
-        shutil.rmtree(output, ignore_errors=True)
+        Store(cfg.train.output).delete_all()
         job = build_train_job(self._manifest, self._dataset_url, cfg, 1)
         return self._run(TrialTask(request.number, job), control, cfg.train.timeout, self._cfg.tune.metric)
 
@@ -124,7 +122,7 @@ class SparkTrials:
         rdd = self._sc.parallelize([task], 1).map(run_trial_task)
         submitted = time.time()
         job = BackgroundJob(self._sc, lambda: rdd.collect()[0], f"tune: trial {task.number}")
-        metrics = Path(task.job.output) / TRAIN_METRICS
+        metrics = Store(task.job.output)
         epochs_seen = 0
         while not job.wait(_POLL_SECONDS):
             epochs_seen = _report_new_epochs(metrics, metric, epochs_seen, control)
@@ -147,13 +145,13 @@ class SparkTrials:
         return _outcome(result, metric)
 
 
-def _report_new_epochs(metrics: Path, metric: str, seen: int, control: TrialControl) -> int:
+def _report_new_epochs(output: Store, metric: str, seen: int, control: TrialControl) -> int:
     """Sends the tuned metric of epochs not reported yet; returns the number of epochs reported."""
-    if metric.startswith("test_") or not metrics.is_file():
+    if metric.startswith("test_"):
         return seen
     try:
-        records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-    except (OSError, ValueError):  # replaced while being read: the next poll sees the new file
+        records = [json.loads(line) for line in output.read_text(TRAIN_METRICS).splitlines() if line.strip()]
+    except (OSError, ValueError):  # not written yet, or replaced while being read: the next poll sees it
         return seen
     for record in records[seen:]:
         value = record.get(metric)
