@@ -20,9 +20,11 @@ The two sides: a fresh temporary directory (tempfile's, on whatever disk holds i
 in the page cache, as a resume on the same machine would) and a bucket of moto's S3 server on 127.0.0.1,
 which the store reaches through AWS_ENDPOINT_URL, as any S3-compatible server. The server runs in threads
 of this process: its Python request handling shares the interpreter and the cores with the writer, and no
-network lies between them, so S3's figures are the protocol's and the server's cost, not a cloud's. One
-untimed write and read per side comes first (the S3 client connects, the files and buffers warm), then
---reps repetitions, interleaved (write local, write S3, read local, read S3) so both sides share the
+network lies between them, so S3's figures are the protocol's and the server's cost, not a cloud's. The
+store reads an object whole through a random-access file (a few requests; pyarrow 14's input stream would
+fetch it in 256 kB ranges, which moto answers by copying the whole object each time: 26 s for 100 MB).
+One untimed write and read per side comes first (the S3 client connects, the files and buffers warm),
+then --reps repetitions, interleaved (write local, write S3, read local, read S3) so both sides share the
 machine's noise; the median counts. The ratio column is S3 / local disk, and the last row, the per-epoch
 overhead of S3, is the difference of the medians of the writes: with train.checkpoint_every=1 an epoch
 checkpoints once, so that is what S3 adds to each epoch (rank 0 writes; the other ranks wait for it at

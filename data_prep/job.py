@@ -298,7 +298,7 @@ def run(cfg: Config) -> int:
 
 
 def _stage_work(run: Run, _resume: bool):
-    result = prepare(run.spark, run.cfg.data, owner=str(run.run_dir))
+    result = prepare(run.spark, run.cfg.data, owner=run.run_dir.store.url)
     m = result.manifest
     return result.output, {
         "fingerprint": m[MANIFEST_FINGERPRINT],

@@ -27,7 +27,7 @@ from sparkml_par.report import STAGE as REPORT
 from sparkml_par.session import spark_session
 from sparkml_par.stage import Run, Stage, StageRecord
 from sparkml_par.storage import check_writable_directory, check_writable_url, qualify_url
-from sparkml_par.store import Store
+from sparkml_par.store import Store, WorkingCopy
 from sparkml_par.train.job import STAGE as TRAIN
 from sparkml_par.tune.job import STAGE as TUNE
 
@@ -63,23 +63,31 @@ class RunState:
         atomic.write_text(self.path, json.dumps(self.stages, indent=2, default=str))
 
 
-def run_pipeline(spark, cfg: Config) -> dict[str, StageRecord]:
-    """Runs every stage that is due; returns the records of all stages of this run."""
-    run_dir = check_outputs(cfg)
-    check_writable_url(spark, qualify_url(cfg.score.output), "score.output")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / CONFIG_COPY).write_text(cfg.to_yaml())
-    state = RunState(run_dir)
-    forced = set(STAGES[STAGES.index(cfg.output.from_stage) :]) if cfg.output.from_stage else set()
-    stages = [stage for stage in PIPELINE if stage.name != "tune" or cfg.tune.space]
-    run = Run(spark, cfg, run_dir)
-    started = time.monotonic()
-    for index, stage in enumerate(stages, 1):
-        run.records[stage.name] = _run_stage(
-            stage, run, state, stage.name in forced, f"[{index}/{len(stages)}] {stage.name}"
-        )
-    log.info("pipeline finished in %.1f s", time.monotonic() - started)
-    return run.records
+def run_pipeline(spark, cfg: Config, run_dir: WorkingCopy | None = None) -> dict[str, StageRecord]:
+    """Runs every stage that is due; returns the records of all stages of this run.
+
+    run_dir is the open run directory (`open_run_directory`), or None to open (and close) it here.
+    """
+    own = run_dir is None
+    run_dir = open_run_directory(cfg) if own else run_dir
+    try:
+        check_writable_url(spark, qualify_url(cfg.score.output), "score.output")
+        (run_dir.dir / CONFIG_COPY).write_text(cfg.to_yaml())
+        state = RunState(run_dir.dir)
+        forced = set(STAGES[STAGES.index(cfg.output.from_stage) :]) if cfg.output.from_stage else set()
+        stages = [stage for stage in PIPELINE if stage.name != "tune" or cfg.tune.space]
+        run = Run(spark, cfg, run_dir)
+        started = time.monotonic()
+        for index, stage in enumerate(stages, 1):
+            run.records[stage.name] = _run_stage(
+                stage, run, state, stage.name in forced, f"[{index}/{len(stages)}] {stage.name}"
+            )
+            run_dir.push()
+        log.info("pipeline finished in %.1f s", time.monotonic() - started)
+        return run.records
+    finally:
+        if own:
+            run_dir.close()
 
 
 def _run_stage(stage: Stage, run: Run, state: RunState, forced: bool, position: str) -> StageRecord:
@@ -103,18 +111,24 @@ def _run_stage(stage: Stage, run: Run, state: RunState, forced: bool, position: 
     return record
 
 
-def check_outputs(cfg: Config) -> Path:
+def open_run_directory(cfg: Config) -> WorkingCopy:
+    """The run directory, once every output the project writes itself is proven writable."""
+    check_outputs(cfg)
+    run_dir = WorkingCopy(cfg.output.run_dir)
+    run_dir.dir.mkdir(parents=True, exist_ok=True)
+    return run_dir
+
+
+def check_outputs(cfg: Config) -> None:
     """Proves that the outputs the project writes itself (sparkml_par.store) can be written: a bad one fails
     in seconds, before the session starts, not after prepare and an epoch of training."""
-    run_dir = Path(cfg.output.run_dir).absolute()
-    check_writable_directory(run_dir, "output.run_dir")
+    Store(cfg.output.run_dir).check_writable("output.run_dir")
     Store(cfg.train.output).check_writable("train.output")
     if cfg.tune.space:
         Store(cfg.tune.output).check_writable("tune.output")
     score_url = qualify_url(cfg.score.output)
     if score_url.startswith("file://"):  # elsewhere Spark's filesystem is asked once the session is up
         check_writable_directory(Path(score_url.removeprefix("file://")), "score.output")
-    return run_dir
 
 
 PIPELINE = (PREPARE, TUNE, TRAIN, SCORE, REPORT)
@@ -123,24 +137,24 @@ STAGES = tuple(stage.name for stage in PIPELINE)
 
 def run(cfg: Config) -> int:
     """Entry point of `sparkml-par run`: the pipeline, its log in the run directory, a final summary."""
-    run_dir = check_outputs(cfg)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    log_file = run_dir / RUN_LOG
+    run_dir = open_run_directory(cfg)
+    log_file = run_dir.dir / RUN_LOG
     handler = logging.FileHandler(log_file)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.getLogger().addHandler(handler)
     started = time.monotonic()
     try:
         with spark_session(cfg.spark, log_file) as spark:
-            records = run_pipeline(spark, cfg)
+            records = run_pipeline(spark, cfg, run_dir)
     finally:
         logging.getLogger().removeHandler(handler)
         handler.close()
-    print(summary(records, run_dir, time.monotonic() - started))
+        run_dir.close()  # run.log, complete, goes where output.run_dir is
+    print(summary(records, run_dir.store.url, time.monotonic() - started))
     return 0
 
 
-def summary(records: dict[str, StageRecord], run_dir: Path, seconds: float) -> str:
+def summary(records: dict[str, StageRecord], run_dir: str, seconds: float) -> str:
     lines = [f"run directory {run_dir}"]
     for name, record in records.items():
         skipped = " (skipped: unchanged)" if record.summary.get("skipped") else f" ({record.seconds:.1f} s)"

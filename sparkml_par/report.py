@@ -46,7 +46,7 @@ from sparkml_par.contract import (
 )
 from sparkml_par.errors import SparkmlParError
 from sparkml_par.stage import Run, Stage, always_due, fingerprint
-from sparkml_par.store import Store
+from sparkml_par.store import Store, WorkingCopy
 
 log = logging.getLogger("sparkml_par.report")
 
@@ -121,7 +121,12 @@ def write_report(run_dir: str | os.PathLike, cfg: Config) -> Path:
 
 def run(cfg: Config) -> int:
     """Entry point of `sparkml-par report`: the report of output.run_dir; prints its path."""
-    print(write_report(cfg.output.run_dir, cfg))
+    run_dir = WorkingCopy(cfg.output.run_dir)
+    try:
+        write_report(run_dir.dir, cfg)
+    finally:
+        run_dir.close()
+    print(run_dir.url(f"{REPORT_DIR}/{INDEX}"))
     return 0
 
 
@@ -603,7 +608,8 @@ def _remove_stale_plots(directory: Path, written: list[str]) -> None:
 
 
 def _stage_work(run: Run, _resume: bool):
-    return str(write_report(run.run_dir, run.cfg)), {}
+    write_report(run.run_dir.dir, run.cfg)
+    return run.run_dir.url(f"{REPORT_DIR}/{INDEX}"), {}
 
 
 # The report reads every stage's output as it is now: always written again.

@@ -12,11 +12,10 @@ import dataclasses
 import functools
 import hashlib
 import json
-from pathlib import Path
 from typing import Any, Callable
 
 from sparkml_par.config import Config, load_config
-from sparkml_par.store import local_file
+from sparkml_par.store import WorkingCopy, local_file
 
 
 @dataclasses.dataclass
@@ -33,7 +32,7 @@ class Run:
 
     spark: Any
     cfg: Config
-    run_dir: Path
+    run_dir: WorkingCopy  # output.run_dir; .dir is local (a working copy of a remote one)
     records: dict[str, StageRecord] = dataclasses.field(default_factory=dict)
 
     @functools.cached_property

@@ -10,11 +10,13 @@ from pathlib import Path
 import optuna
 import pytest
 import torch
+from run_settings import tiny_job
 
 from data_prep.job import prepare
 from sparkml_par.config import load_config
 from sparkml_par.contract import COMPLETE_MARKER, TRAIN_METRICS
 from sparkml_par.infer import score
+from sparkml_par.pipeline import run_pipeline
 from sparkml_par.store import Store
 from sparkml_par.train.job import train
 from sparkml_par.train.loop import steps_per_epoch
@@ -138,3 +140,27 @@ def test_a_search_on_s3_interrupted_and_resumed_continues_the_study(spark, datas
         (3, "complete"),
     ]
     assert [r["params"] for r in rows[:2]] == [r["params"] for r in first.trials]
+
+
+def test_a_run_with_its_own_outputs_on_s3_skips_its_unchanged_stages_when_run_again(spark, bucket, tmp_path):
+    """output.run_dir and train.output on S3 (datasets and predictions stay with Spark's filesystem): the run
+    state is read back from S3, so a second run skips what is unchanged."""
+    cfg = load_config(
+        None,
+        [
+            *tiny_job(rows=300, epochs=1),
+            f"output.run_dir={bucket}/run",
+            f"train.output={bucket}/model",
+            f"data.output={tmp_path}/dataset",
+            f"score.output={tmp_path}/predictions",
+        ],
+    )
+    first = run_pipeline(spark, cfg)
+    run_dir = Store(f"{bucket}/run")
+    assert {"stages.json", "config.yaml"} <= set(run_dir.names())
+    assert first["report"].output == f"{bucket}/run/report/index.html" and run_dir.exists("report/index.html")
+    assert json.loads(run_dir.read_text("stages.json"))["train"]["output"] == f"{bucket}/model/model"
+
+    again = run_pipeline(spark, cfg)
+    assert again["train"].summary.get("skipped") and again["score"].summary.get("skipped")
+    assert again["train"].output == first["train"].output

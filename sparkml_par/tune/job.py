@@ -8,10 +8,8 @@ Running it again with the same tune.output continues the study (see `study.py`).
 from __future__ import annotations
 
 import logging
-import tempfile
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from sparkml_par.config import Config
@@ -19,7 +17,7 @@ from sparkml_par.contract import MANIFEST_TASK
 from sparkml_par.errors import SparkmlParError
 from sparkml_par.stage import Run, Stage, fingerprint
 from sparkml_par.storage import qualify_url
-from sparkml_par.store import Store, local_file
+from sparkml_par.store import Store, WorkingCopy, local_file
 from sparkml_par.tune import report
 from sparkml_par.tune.scheduler import run_search
 from sparkml_par.tune.space import SearchSpace, check_space_fits
@@ -42,33 +40,6 @@ class TuneResult:
     seconds: float = 0.0
 
 
-class Workspace:
-    """tune.output as the search sees it: a local directory holding the study (sqlite) and its tables.
-
-    For a remote tune.output it is a local working copy: fetched when the search opens, so a search
-    interrupted on one machine resumes on another, and pushed after every told trial, so at most the
-    trials running when the driver died are redone. The trials themselves write to the URL directly.
-    """
-
-    def __init__(self, url: str):
-        self.store = Store(url)
-        if self.store.local is not None:
-            self.dir = self.store.local
-            return
-        self.dir = Path(tempfile.mkdtemp(prefix="sparkml_par-tune-"))
-        for name in self.store.names():
-            (self.dir / name).write_bytes(self.store.read_bytes(name))
-
-    def push(self) -> None:
-        if self.store.local is None:
-            for path in sorted(self.dir.iterdir()):
-                if path.is_file() and not path.name.startswith("."):
-                    self.store.write_bytes(path.name, path.read_bytes())
-
-    def url(self, name: str) -> str:
-        return f"{self.store.url}/{name}"
-
-
 def tune(spark, cfg: Config) -> TuneResult:
     """Runs the search cfg.tune describes on the dataset at cfg.data.output."""
     from data_prep.manifest import read_manifest
@@ -87,7 +58,9 @@ def tune(spark, cfg: Config) -> TuneResult:
     check_metric(cfg.tune.metric, manifest[MANIFEST_TASK])
     _warn_if_parallelism_exceeds_slots(spark, cfg.tune.parallelism)
 
-    out = Workspace(cfg.tune.output)
+    # The study is sqlite: a local working copy of a remote tune.output, pushed after every told trial, so
+    # a search interrupted on one machine resumes on another and redoes at most the trials then running.
+    out = WorkingCopy(cfg.tune.output)
     search = Search.open(cfg.tune, space, out.dir)
     already = len(search.finished_trials())
     log.info(
@@ -105,8 +78,11 @@ def tune(spark, cfg: Config) -> TuneResult:
     def write_reports(_frozen=None) -> None:
         _write_reports(search, cfg, out)
 
-    ran = run_search(search, evaluate, cfg.tune.parallelism, on_finished=write_reports)
-    rows, best_row, best_path = _write_reports(search, cfg, out)
+    try:
+        ran = run_search(search, evaluate, cfg.tune.parallelism, on_finished=write_reports)
+        rows, best_row, best_path = _write_reports(search, cfg, out)
+    finally:
+        out.close()
     result = TuneResult(
         trials=rows,
         best=best_row,
@@ -128,7 +104,7 @@ def tune(spark, cfg: Config) -> TuneResult:
     return result
 
 
-def _write_reports(search: Search, cfg: Config, out: Workspace):
+def _write_reports(search: Search, cfg: Config, out: WorkingCopy):
     """The tables, the plot and best.yaml in the workspace, then the workspace pushed to tune.output."""
     rows = report.trial_rows(search.study, search.space)
     report.write_table(rows, out.dir)
