@@ -135,16 +135,6 @@ def check_writable_url(spark, output_url: str, setting: str) -> None:
     HadoopFs(spark, staging).delete(staging)
 
 
-def local_directory(url: str, setting: str, why: str) -> Path:
-    """The absolute path of an output the project writes with plain file I/O (file:// or a path)."""
-    if "://" in url and not url.startswith("file://"):
-        raise SparkmlParError(
-            f"{setting} {url!r} must be a local or mounted directory (file:// or a path, e.g. "
-            f"/dbfs/... on Databricks): {why}"
-        )
-    return Path(url.removeprefix("file://")).absolute()
-
-
 def check_writable_directory(directory: Path, setting: str) -> None:
     """Proves that a local output directory can be created and written, without creating it: a file is made
     and removed in the directory or its nearest existing parent, so a bad output fails before the work and

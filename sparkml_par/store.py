@@ -34,6 +34,7 @@ import pyarrow.fs as pafs
 from sparkml_par import atomic
 from sparkml_par.contract import COMPLETE_MARKER
 from sparkml_par.errors import SparkmlParError
+from sparkml_par.storage import check_writable_directory
 
 OBJECT_STORE_SCHEMES = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl"})
 
@@ -51,11 +52,15 @@ def local_path(url: str) -> Path:
     return Path(url.removeprefix("file://")).absolute()
 
 
-@functools.lru_cache(maxsize=None)
 def _filesystem(scheme: str, netloc: str) -> pafs.FileSystem:
-    """One filesystem per scheme and bucket/host for the process: S3 clients are costly to create."""
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or ""
+    return _cached_filesystem(scheme, netloc, endpoint if scheme in ("s3", "s3a") else "")
+
+
+@functools.lru_cache(maxsize=None)
+def _cached_filesystem(scheme: str, netloc: str, endpoint: str) -> pafs.FileSystem:
+    """One filesystem per scheme, bucket/host and S3 endpoint for the process: S3 clients are costly to create."""
     if scheme in ("s3", "s3a"):
-        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
         options = {}
         if endpoint:
             parsed = urlparse(endpoint)
@@ -163,8 +168,6 @@ class Store:
     def check_writable(self, setting: str) -> None:
         """Proves, before the work, that files can be written here; one error naming the URL and the fix."""
         if self.local is not None:
-            from sparkml_par.storage import check_writable_directory
-
             check_writable_directory(self.local, setting)
             return
         bucket = self.root.split("/", 1)[0]

@@ -8,9 +8,15 @@ when a test asks for a bucket.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import os
 import socket
+import subprocess
+import sys
 import threading
+import time
+from typing import Iterator
 
 ACCESS = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -63,3 +69,26 @@ class S3Server:
     def stop(self) -> None:
         if self._server is not None:
             self._server.stop()
+
+
+@contextlib.contextmanager
+def refusing_server() -> Iterator[str]:
+    """A second moto server, in its own process, that checks every request's credentials (IAM on, no users):
+    what a cluster's S3 does with missing or wrong credentials. Yields its endpoint."""
+    port = reserve_port()
+    env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="0")
+    command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, "the refusing S3 server did not start"
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait()

@@ -9,6 +9,7 @@ import time
 
 import pytest
 import torch
+from s3_server import refusing_server
 
 from sparkml_par.config import load_config
 from sparkml_par.contract import COMPLETE_MARKER
@@ -142,3 +143,14 @@ def test_a_bad_output_url_is_one_clear_error_before_any_work(tmp_path, setting, 
     with pytest.raises(SparkmlParError, match=message.replace("(", r"\(").replace(".", r"\.")):
         check_outputs(load_config(None, overrides))
     assert not (tmp_path / "run").exists()
+
+
+def test_a_write_the_store_refuses_names_the_url_and_the_credentials(monkeypatch):
+    with refusing_server() as endpoint:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "unknown-to-the-server")
+        with pytest.raises(SparkmlParError) as refused:
+            Store("s3://refused-bucket/model").check_writable("train.output")
+    message = str(refused.value)
+    assert message.startswith("cannot write to train.output 's3://refused-bucket/model': ")
+    assert "ACCESS_DENIED" in message and "check the credentials the cluster provides" in message
