@@ -17,14 +17,18 @@ log = logging.getLogger("sparkml_par.spark")
 
 
 def describe_active_stages(tracker, groups: dict[str, str]) -> str:
-    """One part per active Spark stage, named by the description of its job's group (see spark_jobs)."""
+    """One part per active Spark stage, named by the description of its job's group (see spark_jobs).
+
+    The active stages are read first: a stage that is active already belongs to a job the tracker knows
+    (Spark posts a job's start before its stages'), so a job that starts between the two reads is named."""
+    active = sorted(tracker.getActiveStageIds())
     names = {}
     for group, description in groups.items():
         for job_id in tracker.getJobIdsForGroup(group):
             job = tracker.getJobInfo(job_id)
             names.update(dict.fromkeys(job.stageIds if job is not None else (), description))
     parts = []
-    for stage_id in sorted(tracker.getActiveStageIds()):
+    for stage_id in active:
         info = tracker.getStageInfo(stage_id)
         if info is not None:
             name = names.get(stage_id) or f"stage {stage_id} ({info.name.split(' at ')[0]})"
