@@ -14,7 +14,7 @@ $(STAMP): constraints.txt setup.cfg pyproject.toml scripts/build_horovod.sh
 	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
 	$(PY) -m pip install --quiet -c constraints.txt torch
 	scripts/build_horovod.sh $(PY)
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[test]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,mlflow]'
 	$(VENV)/bin/sparkml-par doctor
 	touch $(STAMP)
 

@@ -75,3 +75,49 @@ def apply_fitted(df, pipeline_url: str | None, specs: list[ColumnSpec]):
         (spec,) = specs
         return df.withColumn(FEATURES, F.col(f"`{spec.name}`").cast("array<float>"))
     return transform(PipelineModel.load(pipeline_url), df)
+
+
+def export_fitted(pipeline_url: str | None, raw_types: dict[str, str]) -> dict | None:
+    """The fitted pipeline as plain numbers, to apply without Spark (the MLflow model of an artifact): the
+    assembled columns in order, each one's imputation value, the scaler's mean and standard deviation.
+
+    None when the pipeline indexes strings: the MLflow model then is not logged (the notice says why).
+    """
+    from pyspark.ml import PipelineModel
+    from pyspark.ml.feature import ImputerModel, StandardScalerModel, VectorAssembler
+
+    if pipeline_url is None:
+        (name,) = raw_types
+        return {"vector": name}
+    exported: dict = {"columns": [], "impute": {}, "mean": None, "std": None}
+    for stage in PipelineModel.load(pipeline_url).stages:
+        if isinstance(stage, ImputerModel):
+            surrogates = stage.surrogateDF.collect()[0].asDict()
+            exported["impute"] = {column: float(surrogates[column]) for column in stage.getInputCols()}
+        elif isinstance(stage, VectorAssembler):
+            exported["columns"] = [column.removesuffix("__imputed") for column in stage.getInputCols()]
+        elif isinstance(stage, StandardScalerModel):
+            exported["mean"] = stage.mean.toArray().tolist() if stage.getWithMean() else None
+            exported["std"] = stage.std.toArray().tolist() if stage.getWithStd() else None
+        else:
+            return None
+    return exported
+
+
+def apply_exported(exported: dict, frame):
+    """`export_fitted`'s pipeline applied to a pandas DataFrame of raw feature columns: float32 features."""
+    import numpy as np
+
+    if "vector" in exported:
+        return np.stack([np.asarray(v, dtype=np.float32) for v in frame[exported["vector"]]])
+    x = frame[exported["columns"]].to_numpy(dtype=np.float64)
+    for i, column in enumerate(exported["columns"]):
+        if column in exported["impute"]:
+            x[np.isnan(x[:, i]), i] = exported["impute"][column]
+    if exported["mean"] is not None:
+        x = x - np.asarray(exported["mean"])
+    if exported["std"] is not None:
+        std = np.asarray(exported["std"])
+        # Spark's StandardScaler gives 0.0 for a feature whose standard deviation is 0.
+        x = np.where(std == 0, 0.0, x / np.where(std == 0, 1.0, std))
+    return x.astype(np.float32)

@@ -220,6 +220,18 @@ class OutputConfig:
 
 
 @dataclass
+class TrackingConfig:
+    tracking_uri: Optional[str] = _field(
+        None, "MLflow tracking server (http://host:5000, databricks, ${MLFLOW_TRACKING_URI}); None = no tracking."
+    )
+    experiment: str = _field("sparkml_par", "MLflow experiment of the runs (created when missing).")
+    run_name: Optional[str] = _field(None, "Name of the pipeline's MLflow run; None lets MLflow pick one.")
+    tags: dict[str, str] = _field({}, "Tags set on the pipeline's MLflow run (team, dataset version, ...).")
+    register_model: Optional[str] = _field(None, "Register the trained model under this registry name; None = no.")
+    required: bool = _field(False, "Fail before any work if the server does not answer, instead of running untracked.")
+
+
+@dataclass
 class Config:
     spark: SparkConfig = _field(SparkConfig, "Spark session.")
     data: DataConfig = _field(DataConfig, "Data preparation.")
@@ -227,6 +239,7 @@ class Config:
     tune: TuneConfig = _field(TuneConfig, "Hyperparameter search.")
     score: ScoreConfig = _field(ScoreConfig, "Batch scoring.")
     output: OutputConfig = _field(OutputConfig, "Run directory and logging.")
+    tracking: TrackingConfig = _field(TrackingConfig, "Experiment tracking in MLflow (optional).")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

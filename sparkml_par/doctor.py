@@ -33,6 +33,7 @@ EXPECTED: dict[str, tuple[str, str]] = {
     "petastorm": ("0.12", "0.13 pins setuptools<70, which conflicts with torch's setuptools>=77"),
     "pyarrow": ("14", "petastorm 0.12 imports pyarrow.filesystem and the legacy ParquetDataset, gone in pyarrow 15"),
     "numpy": ("1", "pyarrow 14 is built against numpy 1.x"),
+    "mlflow": ("3", "the tracking client and the pyfunc model are written against MLflow 3"),
 }
 
 
@@ -208,6 +209,35 @@ def check_horovod(pins: Optional[Mapping[str, str]]) -> CheckResult:
     return CheckResult("Horovod", True, detail)
 
 
+def check_mlflow(pins: Optional[Mapping[str, str]], environ: Mapping[str, str] = os.environ) -> CheckResult:
+    """MLflow is optional (tracking.tracking_uri needs it); with MLFLOW_TRACKING_URI set, its server must answer."""
+    mlflow, error = _import("mlflow")
+    if error:
+        return CheckResult(
+            "MLflow", True, "not installed (optional: `pip install .[mlflow]` for tracking.tracking_uri)"
+        )
+    detail = mlflow.__version__
+    problem = version_problem("mlflow", detail, pins)
+    if problem:
+        return CheckResult("MLflow", False, f"{detail}; {problem}", _pip_fix("mlflow", pins))
+    uri = environ.get("MLFLOW_TRACKING_URI", "")
+    if uri.startswith(("http://", "https://")):
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=5):
+                pass
+        except OSError as exc:
+            return CheckResult(
+                "MLflow",
+                False,
+                f"{detail}; the tracking server MLFLOW_TRACKING_URI={uri} does not answer ({exc})",
+                "start the server or correct MLFLOW_TRACKING_URI (runs with tracking.required=false go on untracked)",
+            )
+        detail += f", server {uri} answers"
+    return CheckResult("MLflow", True, detail)
+
+
 def run_checks(pins: Optional[Mapping[str, str]]) -> list[CheckResult]:
     return [
         check_python(),
@@ -218,6 +248,7 @@ def run_checks(pins: Optional[Mapping[str, str]]) -> list[CheckResult]:
         check_package("petastorm", "petastorm", pins),
         check_package("pyarrow", "pyarrow", pins),
         check_package("numpy", "numpy", pins),
+        check_mlflow(pins),
     ]
 
 

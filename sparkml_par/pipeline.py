@@ -28,6 +28,7 @@ from sparkml_par.session import spark_session
 from sparkml_par.stage import Run, Stage, StageRecord
 from sparkml_par.storage import check_writable_directory, check_writable_url, qualify_url
 from sparkml_par.store import Store, WorkingCopy
+from sparkml_par.tracking import Tracker
 from sparkml_par.train.job import STAGE as TRAIN
 from sparkml_par.tune.job import STAGE as TUNE
 
@@ -63,10 +64,13 @@ class RunState:
         atomic.write_text(self.path, json.dumps(self.stages, indent=2, default=str))
 
 
-def run_pipeline(spark, cfg: Config, run_dir: WorkingCopy | None = None) -> dict[str, StageRecord]:
+def run_pipeline(
+    spark, cfg: Config, run_dir: WorkingCopy | None = None, tracker: Tracker | None = None
+) -> dict[str, StageRecord]:
     """Runs every stage that is due; returns the records of all stages of this run.
 
-    run_dir is the open run directory (`open_run_directory`), or None to open (and close) it here.
+    run_dir is the open run directory (`open_run_directory`), or None to open (and close) it here;
+    tracker the run's MLflow side, or None to start one here from cfg.tracking.
     """
     own = run_dir is None
     run_dir = open_run_directory(cfg) if own else run_dir
@@ -76,14 +80,23 @@ def run_pipeline(spark, cfg: Config, run_dir: WorkingCopy | None = None) -> dict
         state = RunState(run_dir.dir)
         forced = set(STAGES[STAGES.index(cfg.output.from_stage) :]) if cfg.output.from_stage else set()
         stages = [stage for stage in PIPELINE if stage.name != "tune" or cfg.tune.space]
-        run = Run(spark, cfg, run_dir)
+        tracker = tracker or Tracker(cfg.tracking, run_dir.dir)
+        tracker.start(cfg)
+        run = Run(spark, cfg, run_dir, tracker)
         started = time.monotonic()
-        for index, stage in enumerate(stages, 1):
-            run.records[stage.name] = _run_stage(
-                stage, run, state, stage.name in forced, f"[{index}/{len(stages)}] {stage.name}"
-            )
-            run_dir.push()
+        failed = True
+        try:
+            for index, stage in enumerate(stages, 1):
+                run.records[stage.name] = _run_stage(
+                    stage, run, state, stage.name in forced, f"[{index}/{len(stages)}] {stage.name}"
+                )
+                run_dir.push()
+            failed = False
+        finally:
+            tracker.finish_pipeline(failed)
         log.info("pipeline finished in %.1f s", time.monotonic() - started)
+        if tracker.not_logged():
+            log.warning("%s", tracker.not_logged())
         return run.records
     finally:
         if own:
@@ -99,13 +112,22 @@ def _run_stage(stage: Stage, run: Run, state: RunState, forced: bool, position: 
         record.summary = {**record.summary, "skipped": True}
         record.seconds = 0.0
         state.record(stage.name, record)  # stages.json (and the report) describes this run, not the last one
+        run.tracker.skipped(stage.name, record.output)
         return record
     log.info("%s ...", position)
     started = time.monotonic()
+    # A stage resuming its own unfinished work continues its MLflow run; one that runs again gets a new one.
+    unfinished = same and not state.finished(stage.name)
     state.started(stage.name, fp)
-    with spark_progress(run.spark):
-        output, summary = stage.work(run, same)
+    run.stage_run = run.tracker.stage_run(stage.name, resume=unfinished)
+    try:
+        with spark_progress(run.spark):
+            output, summary = stage.work(run, same)
+    except BaseException:
+        run.tracker.finish(run.stage_run, failed=True)
+        raise
     record = StageRecord(fp, output, time.monotonic() - started, summary)
+    run.tracker.stage_done(run.stage_run, record)
     state.record(stage.name, record)
     log.info("%s done in %.1f s", position, record.seconds)
     return record
@@ -138,6 +160,8 @@ STAGES = tuple(stage.name for stage in PIPELINE)
 def run(cfg: Config) -> int:
     """Entry point of `sparkml-par run`: the pipeline, its log in the run directory, a final summary."""
     run_dir = open_run_directory(cfg)
+    tracker = Tracker(cfg.tracking, run_dir.dir)
+    tracker.start(cfg)  # tracking.required fails here, before the session starts
     log_file = run_dir.dir / RUN_LOG
     handler = logging.FileHandler(log_file)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -145,16 +169,16 @@ def run(cfg: Config) -> int:
     started = time.monotonic()
     try:
         with spark_session(cfg.spark, log_file) as spark:
-            records = run_pipeline(spark, cfg, run_dir)
+            records = run_pipeline(spark, cfg, run_dir, tracker)
     finally:
         logging.getLogger().removeHandler(handler)
         handler.close()
         run_dir.close()  # run.log, complete, goes where output.run_dir is
-    print(summary(records, run_dir.store.url, time.monotonic() - started))
+    print(summary(records, run_dir.store.url, time.monotonic() - started, tracker.not_logged()))
     return 0
 
 
-def summary(records: dict[str, StageRecord], run_dir: str, seconds: float) -> str:
+def summary(records: dict[str, StageRecord], run_dir: str, seconds: float, tracked: str | None = None) -> str:
     lines = [f"run directory {run_dir}"]
     for name, record in records.items():
         skipped = " (skipped: unchanged)" if record.summary.get("skipped") else f" ({record.seconds:.1f} s)"
@@ -166,5 +190,7 @@ def summary(records: dict[str, StageRecord], run_dir: str, seconds: float) -> st
         if key in metrics:
             lines.append(f"test {key} {metrics[key]:.4f}")
     lines.append(f"report {records['report'].output}")
+    if tracked:
+        lines.append(tracked)
     lines.append(f"wall time {seconds:.1f} s")
     return "\n".join(lines)

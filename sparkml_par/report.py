@@ -608,7 +608,13 @@ def _remove_stale_plots(directory: Path, written: list[str]) -> None:
 
 
 def _stage_work(run: Run, _resume: bool):
-    write_report(run.run_dir.dir, run.cfg)
+    index = write_report(run.run_dir.dir, run.cfg)
+    run.tracker.log_artifact(run.stage_run, index.parent, REPORT_DIR)
+    dataset = local_path(run.cfg.data.output)
+    if dataset is not None:
+        manifest = _read_json(dataset / MANIFEST) or {}
+        for name in (MANIFEST, manifest.get(MANIFEST_PROFILE) or PROFILE):
+            run.tracker.log_artifact(run.stage_run, dataset / name, "dataset")
     return run.run_dir.url(f"{REPORT_DIR}/{INDEX}"), {}
 
 

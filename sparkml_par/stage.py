@@ -12,10 +12,11 @@ import dataclasses
 import functools
 import hashlib
 import json
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from sparkml_par.config import Config, load_config
 from sparkml_par.store import WorkingCopy, local_file
+from sparkml_par.tracking import Tracker
 
 
 @dataclasses.dataclass
@@ -33,7 +34,9 @@ class Run:
     spark: Any
     cfg: Config
     run_dir: WorkingCopy  # output.run_dir; .dir is local (a working copy of a remote one)
+    tracker: Tracker
     records: dict[str, StageRecord] = dataclasses.field(default_factory=dict)
+    stage_run: Optional[str] = None  # the MLflow run of the stage now running (None without tracking)
 
     @functools.cached_property
     def train_cfg(self) -> Config:

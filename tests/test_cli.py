@@ -6,6 +6,7 @@ import io
 import json
 import logging
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ from sparkml_par.logs import setup_logging
 
 REPO = Path(__file__).resolve().parent.parent
 QUICKSTART = str(REPO / "conf" / "quickstart.yaml")
-COMPONENTS = ["Python", "Java", "Spark", "torch", "Horovod", "petastorm", "pyarrow", "numpy"]
+COMPONENTS = ["Python", "Java", "Spark", "torch", "Horovod", "petastorm", "pyarrow", "numpy", "MLflow"]
 
 received = []
 
@@ -343,3 +344,14 @@ def test_report_exit_code_follows_the_checks(monkeypatch):
     assert lines[at].startswith("FAIL  pyarrow    pyarrow does not import: ModuleNotFoundError")
     assert lines[at + 1] == "      fix: install the pinned version: `pip install -c constraints.txt pyarrow==14.0.2`"
     assert lines[-1].endswith("problem(s): the stack cannot run")
+
+
+def test_doctor_asks_the_tracking_server_it_is_pointed_at():
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()
+    result = doctor.check_mlflow(None, {"MLFLOW_TRACKING_URI": f"http://127.0.0.1:{port}"})
+    assert not result.ok
+    assert f"the tracking server MLFLOW_TRACKING_URI=http://127.0.0.1:{port} does not answer" in result.detail
+    assert doctor.check_mlflow(None, {}).ok

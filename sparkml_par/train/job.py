@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import Any, Callable
 
 from sparkml_par import launch
 from sparkml_par.config import Config
@@ -26,6 +26,7 @@ from sparkml_par.contract import (
     MANIFEST_SPLITS,
     MANIFEST_TASK,
     MODEL_DIR,
+    TRAIN_METRICS,
 )
 from sparkml_par.errors import SparkmlParError
 from sparkml_par.launch.slots import check_barrier_launch
@@ -33,7 +34,8 @@ from sparkml_par.models.registry import build_from_spec, model_spec
 from sparkml_par.spark_jobs import spark_job
 from sparkml_par.stage import Run, Stage, fingerprint
 from sparkml_par.storage import qualify_url
-from sparkml_par.store import Store
+from sparkml_par.store import Store, local_file
+from sparkml_par.tracking import numeric_metrics
 from sparkml_par.train.artifact import artifact_complete
 from sparkml_par.train.checkpoint import checkpoint_fingerprint, newest_checkpoint
 from sparkml_par.train.loop import TrainJob, train_rank
@@ -124,8 +126,9 @@ def _check_monitor(cfg: Config, task: str, validation: bool) -> None:
         )
 
 
-def train(spark, cfg: Config) -> TrainResult:
-    """Trains cfg.train.model on the dataset at cfg.data.output with cfg.train.num_proc Horovod ranks."""
+def train(spark, cfg: Config, on_epoch: Callable[[dict[str, Any]], None] | None = None) -> TrainResult:
+    """Trains cfg.train.model on the dataset at cfg.data.output with cfg.train.num_proc Horovod ranks;
+    on_epoch, when given, gets rank 0's record of every epoch as it ends (the pipeline's tracking)."""
     from data_prep.manifest import read_manifest
 
     Store(cfg.train.output).check_writable("train.output")
@@ -167,7 +170,7 @@ def train(spark, cfg: Config) -> TrainResult:
                 timeout=cfg.train.timeout,
                 progress_timeout=cfg.train.step_timeout,
                 spark=spark,
-                on_progress=_log_epoch(cfg.train.epochs, epochs_done),
+                on_progress=_log_epoch(cfg.train.epochs, epochs_done, on_epoch),
             )
             results = launcher.run(train_rank, job)
     except launch.LaunchError as exc:
@@ -195,7 +198,7 @@ def train(spark, cfg: Config) -> TrainResult:
     )
 
 
-def _log_epoch(epochs: int, epochs_done: list[int]):
+def _log_epoch(epochs: int, epochs_done: list[int], on_epoch: Callable[[dict[str, Any]], None] | None):
     """Rank 0's epoch records as progress lines, with an ETA from the epochs seen so far."""
     times: list[float] = []
 
@@ -220,6 +223,8 @@ def _log_epoch(epochs: int, epochs_done: list[int]):
             record["epoch_time"],
             eta,
         )
+        if on_epoch is not None:
+            on_epoch(record)
 
     return on_progress
 
@@ -251,7 +256,11 @@ def _stage_work(run: Run, resume: bool):
     cfg = run.train_cfg
     # A changed train config starts over: its checkpoints would continue a different run.
     cfg = cfg if resume else replace(cfg, train=replace(cfg.train, resume="never"))
-    result = train(run.spark, cfg)
+    result = train(run.spark, cfg, on_epoch=run.tracker.epoch_logger(run.stage_run))
+    run.tracker.log_metrics(run.stage_run, numeric_metrics(result.test, "test_"))
+    with local_file(f"{cfg.train.output.rstrip('/')}/{TRAIN_METRICS}") as history:
+        run.tracker.log_artifact(run.stage_run, history)
+    run.tracker.log_model(run.stage_run, result.artifact)
     return result.artifact, {"test": result.test, "epochs_run": result.epochs_run}
 
 

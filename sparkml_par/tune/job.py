@@ -171,6 +171,8 @@ def run(cfg: Config) -> int:
 
 def _stage_work(run: Run, _resume: bool):
     result = tune(run.spark, run.cfg)
+    for trial in result.trials:
+        run.tracker.trial(run.stage_run, trial, run.cfg.tune.metric)
     return result.best_config, {"best": result.best, "trials": len(result.trials)}
 
 
