@@ -8,6 +8,7 @@ directory is on their path (conftest.py, and the simulated cluster's executors).
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -17,6 +18,30 @@ from pathlib import Path
 import torch
 
 from sparkml_par.models.mlp import MLP
+from sparkml_par.train.loop import steps_per_epoch
+
+# The trainer settings of the kill-and-resume tests (add train.epochs): shuffling, dropout, plain SGD and a
+# step schedule, so every piece of state must survive the restart; batches of 32 on 2 ranks.
+RESUMABLE = [
+    "train.model=injected_faults:killing_mlp",
+    "train.optimizer=sgd",
+    "train.lr=0.05",
+    "train.scheduler=step",
+    "train.gamma=0.5",
+    "train.batch_size=32",
+    "train.num_proc=2",
+]
+
+
+def killing_model_args(dataset: Path, kill_rank: int = -1, epoch: int = 2, step: int = 3, marker: str = "") -> str:
+    """The train.model_args of killing_mlp (hidden [32], dropout 0.2) under RESUMABLE that kill `kill_rank`
+    at that 1-based step of that epoch of training on the dataset at `dataset`; kill_rank=-1 never kills."""
+    rows = json.loads((dataset / "_manifest.json").read_text())["splits"]["train"]["rows"]
+    at = (epoch - 1) * steps_per_epoch(rows, 32, 1) + step
+    return (
+        f"train.model_args={{hidden: [32], dropout: 0.2, kill_rank: {kill_rank}, kill_at_step: {at}, "
+        f"marker: '{marker}'}}"
+    )
 
 
 class KillingMLP(MLP):

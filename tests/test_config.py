@@ -12,7 +12,7 @@ from sparkml_par.errors import ConfigError
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 TRAIN_KEYS = ", ".join(f.name for f in dataclasses.fields(TrainConfig))
-SECTIONS = "spark, data, train, tune, score, output"
+SECTIONS = "spark, data, train, tune, score, output, tracking"
 
 
 @pytest.fixture

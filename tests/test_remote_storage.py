@@ -7,6 +7,7 @@ import io
 import json
 from pathlib import Path
 
+import injected_faults
 import optuna
 import pytest
 import torch
@@ -19,20 +20,9 @@ from sparkml_par.infer import score
 from sparkml_par.pipeline import run_pipeline
 from sparkml_par.store import Store
 from sparkml_par.train.job import train
-from sparkml_par.train.loop import steps_per_epoch
 from sparkml_par.tune.job import tune
 
-# RESUMABLE of test_train: shuffling, dropout, momentum-free SGD and a step schedule, 2 ranks.
-RESUMABLE = [
-    "train.model=injected_faults:killing_mlp",
-    "train.optimizer=sgd",
-    "train.lr=0.05",
-    "train.scheduler=step",
-    "train.gamma=0.5",
-    "train.batch_size=32",
-    "train.epochs=3",
-    "train.num_proc=2",
-]
+RESUMABLE = [*injected_faults.RESUMABLE, "train.epochs=3"]
 
 
 @pytest.fixture(scope="module")
@@ -53,14 +43,8 @@ def dataset(spark, tmp_path_factory) -> Path:
     return root / "dataset"
 
 
-def _killing(dataset: Path, kill_rank: int = -1, marker: str = "") -> str:
-    """killing_mlp's model_args: rank kill_rank SIGKILLs itself at step 3 of epoch 2 (never with -1)."""
-    rows = json.loads((dataset / "_manifest.json").read_text())["splits"]["train"]["rows"]
-    at = steps_per_epoch(rows, 32, 1) + 3
-    return (
-        f"train.model_args={{hidden: [32], dropout: 0.2, kill_rank: {kill_rank}, kill_at_step: {at}, "
-        f"marker: '{marker}'}}"
-    )
+def _killing(dataset: Path, **kill) -> str:
+    return injected_faults.killing_model_args(dataset, **kill)
 
 
 def _weights(artifact_url: str) -> dict[str, torch.Tensor]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import injected_faults
 import pytest
 import torch
 import torch.nn.functional as F
@@ -150,26 +151,11 @@ def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(spark, synthe
     assert checkpoints == ["checkpoint-00002.pt", "checkpoint-00003.pt", "checkpoint-00004.pt"]
 
 
-RESUMABLE = [
-    "train.model=injected_faults:killing_mlp",
-    "train.optimizer=sgd",
-    "train.lr=0.05",
-    "train.scheduler=step",
-    "train.gamma=0.5",
-    "train.batch_size=32",
-    "train.epochs=4",
-]
+RESUMABLE = [*injected_faults.RESUMABLE, "train.epochs=4"]
 
 
-def _killing(synthetic: Path, kill_rank: int = -1, epoch: int = 2, step: int = 3, marker: str = "") -> str:
-    """model_args of injected_faults.killing_mlp (hidden [32], dropout 0.2) that kill `kill_rank` at that
-    1-based step of that epoch of RESUMABLE's 2 ranks and batches of 32; kill_rank=-1 never kills."""
-    rows = json.loads((synthetic / "dataset" / "_manifest.json").read_text())["splits"]["train"]["rows"]
-    at = (epoch - 1) * steps_per_epoch(rows, 32, 1) + step
-    return (
-        f"train.model_args={{hidden: [32], dropout: 0.2, kill_rank: {kill_rank}, kill_at_step: {at}, "
-        f"marker: '{marker}'}}"
-    )
+def _killing(synthetic: Path, **kill) -> str:
+    return injected_faults.killing_model_args(synthetic / "dataset", **kill)
 
 
 def test_a_killed_rank_is_rerun_by_spark_and_resumes_to_the_uninterrupted_weights(spark, synthetic, caplog):
