@@ -16,7 +16,6 @@ from typing import Any, Callable, Optional
 
 from sparkml_par.config import Config, load_config
 from sparkml_par.store import WorkingCopy, local_file
-from sparkml_par.tracking import Tracker
 
 
 @dataclasses.dataclass
@@ -34,7 +33,7 @@ class Run:
     spark: Any
     cfg: Config
     run_dir: WorkingCopy  # output.run_dir; .dir is local (a working copy of a remote one)
-    tracker: Tracker
+    tracker: Any  # sparkml_par.tracking.Tracker: the runner's, which the stage modules do not import
     records: dict[str, StageRecord] = dataclasses.field(default_factory=dict)
     stage_run: Optional[str] = None  # the MLflow run of the stage now running (None without tracking)
 

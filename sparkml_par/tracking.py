@@ -1,5 +1,9 @@
 """Experiment tracking in MLflow: one run per pipeline run, a nested run per stage (and per tuning trial).
 
+The pipeline runner's side of MLflow, an entry point like the runner: it imports the stages' packages
+(the artifact, the feature pipeline, the pyfunc model) where it logs the model; the stages reach it only
+through `Run.tracker`, so none of them imports it.
+
 The only module that imports MLflow (an optional extra, `pip install .[mlflow]`), and only when
 `tracking.tracking_uri` is set. It talks to the server through `MlflowClient` with explicit run ids, so
 nothing depends on MLflow's process-global active run, and every call goes through `Tracker._call`: a
@@ -201,6 +205,9 @@ class Tracker:
             self._save()
 
     # -------------------------------------------------------------------------------------------- logging
+
+    def log_test_metrics(self, run_id: Optional[str], metrics: dict[str, Any]) -> None:
+        self.log_metrics(run_id, numeric_metrics(metrics, "test_"))
 
     def log_params(self, run_id: Optional[str], params: dict[str, Any]) -> None:
         from mlflow.entities import Param

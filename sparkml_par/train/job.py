@@ -35,7 +35,6 @@ from sparkml_par.spark_jobs import spark_job
 from sparkml_par.stage import Run, Stage, fingerprint
 from sparkml_par.storage import qualify_url
 from sparkml_par.store import Store, local_file
-from sparkml_par.tracking import numeric_metrics
 from sparkml_par.train.artifact import artifact_complete
 from sparkml_par.train.checkpoint import checkpoint_fingerprint, newest_checkpoint
 from sparkml_par.train.loop import TrainJob, train_rank
@@ -257,7 +256,7 @@ def _stage_work(run: Run, resume: bool):
     # A changed train config starts over: its checkpoints would continue a different run.
     cfg = cfg if resume else replace(cfg, train=replace(cfg.train, resume="never"))
     result = train(run.spark, cfg, on_epoch=run.tracker.epoch_logger(run.stage_run))
-    run.tracker.log_metrics(run.stage_run, numeric_metrics(result.test, "test_"))
+    run.tracker.log_test_metrics(run.stage_run, result.test)
     with local_file(f"{cfg.train.output.rstrip('/')}/{TRAIN_METRICS}") as history:
         run.tracker.log_artifact(run.stage_run, history)
     run.tracker.log_model(run.stage_run, result.artifact)
