@@ -251,6 +251,7 @@ def publish_directory(staging: Path, target: Store) -> None:
     if target.local is not None:
         atomic.replace_directory(staging, target.local)
         return
+    _delete_leftover_uploads(target)
     upload = Store(f"{target.url}.tmp-{uuid.uuid4().hex[:12]}")
     files = sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())
     try:
@@ -268,6 +269,15 @@ def publish_directory(staging: Path, target: Store) -> None:
     finally:
         upload.delete_all()
     shutil.rmtree(staging, ignore_errors=True)
+
+
+def _delete_leftover_uploads(target: Store) -> None:
+    """Staging prefixes a killed publish left beside target (one writer publishes a target at a time)."""
+    parent, name = target.root.rsplit("/", 1)
+    selector = pafs.FileSelector(parent, allow_not_found=True)
+    for info in target.fs.get_file_info(selector):
+        if info.type == pafs.FileType.Directory and info.base_name.startswith(f"{name}.tmp-"):
+            target.fs.delete_dir(info.path)
 
 
 def require_complete(target: Store, what: str, fix: str) -> None:

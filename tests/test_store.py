@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import pyarrow.fs as pafs
 import pytest
 import torch
 from s3_server import refusing_server
@@ -96,16 +97,18 @@ if what == "checkpoint":
 else:
     staging = Path(sys.argv[4])
     staging.mkdir()
+    (staging / "model.json").write_text("{}")  # uploaded whole before the weights, whose upload is killed
     (staging / "weights.pt").write_bytes(b"x" * size)
     publish_directory(staging, Store(url))
 """
 
 
-def _killed_mid_upload(s3, bucket: str, *args: str) -> None:
-    """Runs WRITER until the S3 server holds a multipart upload in progress, then SIGKILLs it."""
+def _killed_mid_upload(s3, bucket: str, *args: str, ready=lambda: True) -> None:
+    """Runs WRITER until the S3 server holds a multipart upload in progress (and ready() holds), then
+    SIGKILLs it."""
     writer = subprocess.Popen([sys.executable, "-c", WRITER, *args])
     deadline = time.monotonic() + 120
-    while s3.uploads_in_progress(bucket) == 0:
+    while s3.uploads_in_progress(bucket) == 0 or not ready():
         assert writer.poll() is None, f"the writer ended ({writer.returncode}) before its upload was seen"
         assert time.monotonic() < deadline, "no upload started within 120 s"
         time.sleep(0.02)
@@ -123,9 +126,19 @@ def test_a_checkpoint_upload_killed_midway_leaves_the_previous_checkpoint(s3, bu
 
 def test_an_artifact_publish_killed_midway_leaves_the_previous_artifact(s3, bucket, tmp_path):
     url = _artifact(bucket, 1.0)
-    _killed_mid_upload(s3, bucket, "artifact", url, str(200_000_000), str(tmp_path / "staging"))
+
+    def in_bucket() -> list[str]:
+        return [info.base_name for info in Store(bucket).fs.get_file_info(pafs.FileSelector(bucket[5:]))]
+
+    def staged_one_file() -> bool:  # model.json is in the staging prefix: the weights' upload is under way
+        return any(".tmp-" in name for name in in_bucket())
+
+    _killed_mid_upload(s3, bucket, "artifact", url, str(200_000_000), str(tmp_path / "staging"), ready=staged_one_file)
     model, _ = load_model_artifact(url)
     assert all(bool((p == 1.0).all()) for p in model.state_dict().values())
+    assert staged_one_file()
+    _artifact(bucket, 3.0)  # the next publish clears what the killed one left
+    assert in_bucket() == ["model"]
 
 
 @pytest.mark.parametrize(
