@@ -611,7 +611,7 @@ def _stage_work(run: Run, _resume: bool):
     index = write_report(run.run_dir.dir, run.cfg)
     run.tracker.log_artifact(run.stage_run, index.parent, REPORT_DIR)
     dataset = local_path(run.cfg.data.output)
-    if dataset is not None:
+    if dataset is not None and run.stage_run is not None:  # the manifest is read only to be tracked
         manifest = _read_json(dataset / MANIFEST) or {}
         for name in (MANIFEST, manifest.get(MANIFEST_PROFILE) or PROFILE):
             run.tracker.log_artifact(run.stage_run, dataset / name, "dataset")

@@ -172,7 +172,8 @@ class Store:
             return
         bucket = self.root.split("/", 1)[0]
         try:
-            if urlparse(self.url).scheme in OBJECT_STORE_SCHEMES and not self.fs.get_file_info(bucket).type:
+            missing = self.fs.get_file_info(bucket).type == pafs.FileType.NotFound
+            if urlparse(self.url).scheme in OBJECT_STORE_SCHEMES and missing:
                 raise SparkmlParError(
                     f"cannot write to {setting} {self.url!r}: the bucket {bucket!r} does not exist; "
                     f"create it or set {setting} to a URL in a bucket you can write to"
@@ -240,7 +241,8 @@ def local_file(url: str) -> Iterator[Path]:
 
 
 def publish_directory(staging: Path, target: Store) -> None:
-    """Makes a finished local directory the content of target, never half of one.
+    """Makes a finished local directory the content of target, never half of one; the caller removes
+    staging once this returns or fails (on a local disk it is renamed away).
 
     Local: staging is a sibling of target, renamed onto it (see `atomic.replace_directory`). Elsewhere:
     uploaded to a staging prefix first (the slow part; a killed upload leaves target as it was), then
@@ -268,7 +270,6 @@ def publish_directory(staging: Path, target: Store) -> None:
         target.write_bytes(COMPLETE_MARKER, (staging / COMPLETE_MARKER).read_bytes())
     finally:
         upload.delete_all()
-    shutil.rmtree(staging, ignore_errors=True)
 
 
 def _delete_leftover_uploads(target: Store) -> None:

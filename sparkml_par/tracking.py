@@ -24,6 +24,7 @@ import logging
 import math
 import os
 import tempfile
+import time
 from importlib.metadata import version as _package_version
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -31,6 +32,7 @@ from typing import Any, Callable, Optional
 from sparkml_par import atomic
 from sparkml_par.config import Config, TrackingConfig
 from sparkml_par.errors import SparkmlParError
+from sparkml_par.store import local_file
 
 log = logging.getLogger("sparkml_par.tracking")
 
@@ -210,6 +212,8 @@ class Tracker:
         self.log_metrics(run_id, numeric_metrics(metrics, "test_"))
 
     def log_params(self, run_id: Optional[str], params: dict[str, Any]) -> None:
+        if run_id is None:  # tracking off: MLflow, an optional extra, may not even be installed
+            return
         from mlflow.entities import Param
 
         items = [Param(key, str(value)[:_PARAM_CHARS]) for key, value in params.items()]
@@ -217,8 +221,8 @@ class Tracker:
             self._batch(run_id, params=items[start : start + _BATCH])
 
     def log_metrics(self, run_id: Optional[str], metrics: dict[str, float], step: int = 0) -> None:
-        import time
-
+        if run_id is None:
+            return
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
@@ -227,6 +231,8 @@ class Tracker:
             self._batch(run_id, metrics=items[start : start + _BATCH])
 
     def set_tags(self, run_id: Optional[str], tags: dict[str, Any]) -> None:
+        if run_id is None:
+            return
         from mlflow.entities import RunTag
 
         self._batch(run_id, tags=[RunTag(key, str(value)) for key, value in tags.items()])
@@ -236,6 +242,13 @@ class Tracker:
             return
         log_one = self._client.log_artifacts if path.is_dir() else self._client.log_artifact
         self._call(f"uploading {path.name}", log_one, run_id, str(path), artifact_path)
+
+    def log_file(self, run_id: Optional[str], url: str, artifact_path: Optional[str] = None) -> None:
+        """A file the store holds (train.output's metrics.jsonl, local or remote), fetched only when tracked."""
+        if run_id is None:
+            return
+        with local_file(url) as path:
+            self.log_artifact(run_id, path, artifact_path)
 
     def log_model(self, run_id: Optional[str], artifact_url: str) -> None:
         """The artifact as an MLflow pyfunc model under `model` (signature, input example), registered under

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 
 import foreign_data
 import mlflow.pyfunc
@@ -209,3 +210,18 @@ def test_a_rerun_continues_the_same_mlflow_run_and_tags_what_it_skips(spark, ser
     (score,) = by_stage["score"]
     assert score.info.run_id == state["stages"]["score"] and score.info.status == "FINISHED"
     assert score.data.metrics["rows"] == 442
+
+
+def test_tracking_off_needs_no_mlflow(monkeypatch, tmp_path):
+    """MLflow is an optional extra: with no tracking_uri the stages' tracker calls import nothing of it."""
+    monkeypatch.setitem(sys.modules, "mlflow", None)  # `import mlflow...` now raises ImportError
+    cfg = load_config(None, [])
+    tracker = Tracker(cfg.tracking, tmp_path)
+    tracker.start(cfg)
+    tracker.log_params(tracker.stage_run("train", resume=False), {"train.lr": 0.1})
+    tracker.log_test_metrics(None, {"mse": 1.0})
+    tracker.set_tags(None, {"a": "b"})
+    tracker.log_file(None, str(tmp_path / "missing.jsonl"))
+    tracker.log_model(None, str(tmp_path / "model"))
+    assert tracker.epoch_logger(None) is None and tracker.not_logged() is None
+    assert not (tmp_path / STATE_FILE).exists()

@@ -101,9 +101,9 @@ def _local_copy(store: Store) -> Path:
     key = hashlib.sha256(f"{store.url}\n{publication}".encode()).hexdigest()[:16]
     copy = Path(tempfile.gettempdir()) / "sparkml_par-artifacts" / key
     if not (copy / COMPLETE_MARKER).exists():
-        fetched = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=copy.parent if copy.parent.exists() else None))
-        store.download(fetched)
         copy.parent.mkdir(parents=True, exist_ok=True)
+        fetched = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=copy.parent))  # beside copy: os.replace renames
+        store.download(fetched)
         try:
             os.replace(fetched, copy)
         except OSError:  # another worker of this machine fetched it first

@@ -34,7 +34,7 @@ from sparkml_par.models.registry import build_from_spec, model_spec
 from sparkml_par.spark_jobs import spark_job
 from sparkml_par.stage import Run, Stage, fingerprint
 from sparkml_par.storage import qualify_url
-from sparkml_par.store import Store, local_file
+from sparkml_par.store import Store
 from sparkml_par.train.artifact import artifact_complete
 from sparkml_par.train.checkpoint import checkpoint_fingerprint, newest_checkpoint
 from sparkml_par.train.loop import TrainJob, train_rank
@@ -257,8 +257,7 @@ def _stage_work(run: Run, resume: bool):
     cfg = cfg if resume else replace(cfg, train=replace(cfg.train, resume="never"))
     result = train(run.spark, cfg, on_epoch=run.tracker.epoch_logger(run.stage_run))
     run.tracker.log_test_metrics(run.stage_run, result.test)
-    with local_file(f"{cfg.train.output.rstrip('/')}/{TRAIN_METRICS}") as history:
-        run.tracker.log_artifact(run.stage_run, history)
+    run.tracker.log_file(run.stage_run, f"{cfg.train.output.rstrip('/')}/{TRAIN_METRICS}")
     run.tracker.log_model(run.stage_run, result.artifact)
     return result.artifact, {"test": result.test, "epochs_run": result.epochs_run}
 
