@@ -1,24 +1,41 @@
-"""End to end: wall time of the quickstart pipeline, `sparkml-par run conf/quickstart.yaml`, from a clean start.
+"""End to end: the same job three ways, from a fresh process to scored predictions, interleaved in one run.
 
-    .venv/bin/python -m benchmarks.end_to_end
-    .venv/bin/python -m benchmarks.end_to_end train.epochs=2      # overrides go to the CLI
+    .venv/bin/python -m benchmarks.end_to_end                        # both workloads, 3 repetitions
+    .venv/bin/python -m benchmarks.end_to_end --workloads digits --reps 1
 
-The CLI runs as a user runs it (its own process and Spark JVM, local[2]) with every output of the
-config (dataset, model, predictions, tune, run directory) in a fresh temporary directory, so no stage
-is skipped as unchanged: prepare (digits), train (CNN, 2 Horovod ranks), score, report. The figure is
-the process's wall time, start to exit; the stages' own times come from the run's stages.json. There
-is no baseline: the time is reported. Memory: the CLI's process with its JVM (driver), and its Spark
-Python workers (ranks). Prints one table and writes benchmarks/results/end_to_end.json.
+- (A) this project: `sparkml-par run` as a user runs it (its own process and Spark JVM, local[2]):
+  prepare (validate, quarantine, profile, featurize, write), train (2 Horovod ranks in a barrier
+  stage), score, report. Its stages' times come from the run's stages.json.
+- (B) Horovod's own estimator, `horovod.spark.torch.TorchEstimator` with a LocalStore: fit on a
+  DataFrame, `transform` to score (benchmarks/baselines/horovod_estimator.py).
+- (C) the stack a user stitches by hand: petastorm's `make_spark_converter` -> `TorchDistributor(
+  num_processes=2, local_mode=True)` running torch DDP (gloo) over the converter's loader ->
+  `predict_batch_udf` (benchmarks/baselines/hand_stitched.py).
+
+Each reads the same raw Parquet file (feature columns and `label`, written once, never timed) and
+trains the same MLP (256, 256) with Adam, the same global batch and epochs, on 2 processes; each
+writes its predictions of a held-out fifth of the rows and reports the test accuracy. The workloads:
+scikit-learn's digits (1,797 rows, 64 pixel columns, 5 epochs) and a synthetic 200,000 x 32 float
+table whose 10 classes come from a random linear teacher (2 epochs). Medians of --reps repetitions;
+the order of A, B and C turns each repetition, so that each sees the machine's load alike.
+
+B runs in this project's environment, with the tensorboard packages the estimator imports (and this
+project does not need) installed once into benchmarks/.estimator-packages; a baseline that cannot run is
+recorded as such and the benchmark goes on. Memory: the CLI's process with its JVM (driver) and its Spark
+Python workers (ranks). Prints the table and the stages of each way; writes benchmarks/results/end_to_end.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks import entry
@@ -27,34 +44,90 @@ from benchmarks.table import print_table, result_row
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS_PATH = REPO / "benchmarks" / "results" / "end_to_end.json"
+BASELINES = REPO / "benchmarks" / "baselines"
 CONF = REPO / "conf" / "quickstart.yaml"
-# Every path of the config, as section.key -> directory name inside the temporary directory.
-OUTPUTS = {
-    "data.output": "dataset",
-    "train.output": "model",
-    "score.output": "predictions",
-    "tune.output": "tune",
-    "output.run_dir": "run",
+# What horovod.spark.torch imports beyond Horovod (torch.utils.tensorboard), without their dependencies:
+# the project's environment has numpy, protobuf and the rest at its own pins.
+ESTIMATOR_PACKAGES_DIR = REPO / "benchmarks" / ".estimator-packages"
+ESTIMATOR_PACKAGES = [
+    "tensorboard==2.21.0",
+    "tensorboard-data-server==0.7.2",
+    "absl-py==2.5.1",
+    "markdown==3.11.3",
+    "werkzeug==3.1.9",
+]
+WAYS = {"A": "sparkml-par run", "B": "Horovod TorchEstimator", "C": "hand-stitched"}
+STAGES = ("start-up", "prepare", "train", "score", "report")
+NUM_PROC = 2
+HIDDEN = [256, 256]
+LR = 1e-3
+SEED = 0
+
+
+@dataclass(frozen=True)
+class Workload:
+    title: str
+    epochs: int
+    batch_size: int
+    rows: int = 0  # 0: scikit-learn's digits
+    features: int = 0
+    classes: int = 10
+
+
+WORKLOADS = {
+    "digits": Workload("digits, MLP, 5 epochs", epochs=5, batch_size=64),
+    "synthetic": Workload("synthetic 200k x 32, MLP, 2 epochs", epochs=2, batch_size=256, rows=200_000, features=32),
 }
 
 
-def cli() -> Path:
-    """The sparkml-par console script of this interpreter's environment."""
-    script = Path(sys.executable).parent / "sparkml-par"
-    if not script.exists():
-        raise SystemExit(f"{script} does not exist: install the project into this environment (make setup)")
-    return script
+def write_input(workload: Workload, path: Path) -> None:
+    """The raw input as one Parquet file: float feature columns and an int64 `label`."""
+    import numpy as np
+    import pandas as pd
+
+    if workload.rows == 0:
+        from sklearn.datasets import load_digits
+
+        digits = load_digits()
+        x, y = digits.data.astype(np.float32), digits.target.astype(np.int64)
+    else:
+        rng = np.random.default_rng(SEED)
+        x = rng.standard_normal((workload.rows, workload.features), dtype=np.float32)
+        teacher = rng.standard_normal((workload.features, workload.classes), dtype=np.float32)
+        y = (x @ teacher).argmax(axis=1).astype(np.int64)
+    frame = pd.DataFrame(x, columns=[f"f{i}" for i in range(x.shape[1])])
+    frame["label"] = y
+    frame.to_parquet(path)
 
 
-def run_pipeline(conf: Path, overrides: list[str], workdir: Path) -> tuple[float, PeakMemory, dict]:
-    """(wall seconds, the process tree's peaks, stages.json) of one run with its outputs under workdir."""
+def run_ours(workload: Workload, data: Path, workdir: Path) -> dict:
+    """A: the CLI, with every output under workdir (nothing is skipped as unchanged)."""
+    cli = Path(sys.executable).parent / "sparkml-par"
     command = [
-        str(cli()),
+        str(cli),
         "run",
         "--quiet",
-        str(conf),
-        *(f"{key}={workdir / name}" for key, name in OUTPUTS.items()),
-        *overrides,
+        str(CONF),
+        "data.source=parquet",
+        f"data.path={data}",
+        "data.split.train=0.8",
+        "data.split.validation=0",
+        "data.split.test=0.2",
+        "train.model=mlp",
+        f"train.epochs={workload.epochs}",
+        f"train.batch_size={workload.batch_size}",
+        f"train.num_proc={NUM_PROC}",
+        f"train.lr={LR}",
+        *(
+            f"{key}={workdir / name}"
+            for key, name in {
+                "data.output": "dataset",
+                "train.output": "model",
+                "score.output": "predictions",
+                "tune.output": "tune",
+                "output.run_dir": "run",
+            }.items()
+        ),
     ]
     log = workdir / "cli.log"
     with log.open("w") as out:
@@ -67,55 +140,171 @@ def run_pipeline(conf: Path, overrides: list[str], workdir: Path) -> tuple[float
     if code != 0:
         tail = "\n".join(log.read_text().splitlines()[-30:])
         raise RuntimeError(f"{' '.join(command)} exited with {code}; last lines of its output:\n{tail}")
-    return seconds, memory, json.loads((workdir / OUTPUTS["output.run_dir"] / "stages.json").read_text())
+    stages = json.loads((workdir / "run" / "stages.json").read_text())
+    stage_seconds = {name: record["seconds"] for name, record in stages.items()}
+    stage_seconds = {"start-up": seconds - sum(stage_seconds.values()), **stage_seconds}
+    accuracy = stages["score"]["summary"]["metrics"]["accuracy"]
+    return {"seconds": seconds, "stage_seconds": stage_seconds, "accuracy": accuracy, "memory": memory.columns()}
+
+
+def run_baseline(script: str, workload: Workload, data: Path, workdir: Path, env: dict[str, str]) -> dict:
+    """B or C: the baseline script in a fresh process; its RESULT line, or {"error": ...}."""
+    request = {
+        "input": str(data),
+        "workdir": str(workdir),
+        "num_proc": NUM_PROC,
+        "epochs": workload.epochs,
+        "batch_size": workload.batch_size,
+        "lr": LR,
+        "hidden": HIDDEN,
+        "classes": workload.classes,
+        "seed": SEED,
+    }
+    log = workdir / f"{script}.log"
+    with log.open("w") as out:
+        started = time.perf_counter()
+        code = subprocess.call(
+            [sys.executable, str(BASELINES / f"{script}.py"), "--request", json.dumps(request)],
+            cwd=workdir,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **env},
+        )
+        seconds = time.perf_counter() - started
+    results = [line for line in log.read_text().splitlines() if line.startswith("RESULT ")]
+    if code != 0 or not results:
+        tail = "\n".join(log.read_text().splitlines()[-12:])
+        return {"error": f"{script}.py exited with {code}: {tail}"}
+    result = json.loads(results[-1].removeprefix("RESULT "))
+    return {**result, "seconds": seconds}  # the process's wall time, measured as A's is
+
+
+def estimator_env() -> dict[str, str] | str:
+    """PYTHONPATH with the estimator's extra packages (installed once), or why they cannot be had."""
+    ready = ESTIMATOR_PACKAGES_DIR / ".ready"
+    if not ready.exists():
+        print(f"installing {', '.join(ESTIMATOR_PACKAGES)} into {ESTIMATOR_PACKAGES_DIR} (once) ...", flush=True)
+        done = subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--upgrade", "--target"]
+            + [str(ESTIMATOR_PACKAGES_DIR), *ESTIMATOR_PACKAGES],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            return f"pip could not install the estimator's packages: {done.stderr.strip()[-500:]}"
+        ready.touch()
+    return {"PYTHONPATH": os.pathsep.join([str(ESTIMATOR_PACKAGES_DIR), str(BASELINES)])}
+
+
+def medians(runs: list[dict]) -> dict | None:
+    """Median seconds, stage seconds and accuracy of the runs that finished; None when none did."""
+    done = [r for r in runs if "error" not in r]
+    if not done:
+        return None
+    stages = {s: statistics.median(r["stage_seconds"].get(s, 0.0) for r in done) for s in STAGES}
+    return {
+        "seconds": statistics.median(r["seconds"] for r in done),
+        "stage_seconds": stages,
+        "accuracy": statistics.median(r["accuracy"] for r in done),
+        "runs": len(done),
+    }
+
+
+def workload_rows(name: str, summary: dict[str, dict | None], memory: dict) -> list[dict]:
+    title = WORKLOADS[name].title
+    a, b, c = (summary[w] for w in WAYS)
+    if a is None:
+        return []
+
+    def seconds(way: dict | None, stage: str | None = None) -> float | None:
+        if way is None:
+            return None
+        return way["seconds"] if stage is None else way["stage_seconds"][stage]
+
+    accuracy = ", ".join(f"{w} {s['accuracy']:.3f}" for w, s in summary.items() if s is not None)
+    rows = [
+        result_row(
+            f"end to end, {title} (s; test accuracy {accuracy})",
+            a["seconds"],
+            seconds(c),
+            WAYS["C"],
+            "lower",
+            "<= 0.8x",
+            0.8,
+        )
+        | memory,
+        result_row(f"end to end, {title} (s)", a["seconds"], seconds(b), WAYS["B"], "lower", "< 1.0x", 0.999),
+        result_row(
+            f"prepare, {title} (s)", seconds(a, "prepare"), seconds(c, "prepare"), WAYS["C"], "lower", "<= 1.0x", 1.0
+        ),
+    ]
+    for stage in ("start-up", "train", "score"):
+        rows.append(
+            result_row(f"{stage}, {title} (s)", seconds(a, stage), seconds(c, stage), WAYS["C"], "lower", "reported")
+        )
+    return rows
 
 
 def run(args: argparse.Namespace) -> list[dict]:
+    env_b = estimator_env()
+    rows, record = [], {"settings": {"reps": args.reps, "workloads": args.workloads}, "workloads": {}}
     with tempfile.TemporaryDirectory(prefix="end-to-end-bench-") as tmp:
-        print(f"running sparkml-par run {args.conf} with its outputs in {tmp} ...", flush=True)
-        seconds, memory, stages = run_pipeline(args.conf, args.overrides, Path(tmp))
-    try:
-        conf = args.conf.relative_to(REPO)
-    except ValueError:
-        conf = args.conf
-    part = " ".join(["end to end: sparkml-par run", str(conf), *args.overrides]) + " (s)"
-    rows = [result_row(part, seconds, None, "", "lower", "reported") | memory.columns()]
-    stage_seconds = {name: record["seconds"] for name, record in stages.items()}
-    record = {
-        "settings": {"conf": str(args.conf), "overrides": args.overrides},
-        "seconds": seconds,
-        "stage_seconds": stage_seconds,
-        "memory": memory.columns(),
-        "rows": rows,
-    }
+        for name in args.workloads:
+            workload = WORKLOADS[name]
+            data = Path(tmp) / f"{name}.parquet"
+            write_input(workload, data)
+            runs: dict[str, list[dict]] = {w: [] for w in WAYS}
+            memory: dict = {}
+            order = list(WAYS)
+            for rep in range(args.reps):
+                for way in order[rep % 3 :] + order[: rep % 3]:
+                    workdir = Path(tmp) / f"{name}-{way}-{rep}"
+                    workdir.mkdir()
+                    print(f"  {name} rep {rep + 1}/{args.reps}: {WAYS[way]} ...", flush=True)
+                    if way == "A":
+                        result = run_ours(workload, data, workdir)
+                        memory = result.pop("memory")
+                    elif way == "B" and isinstance(env_b, str):
+                        result = {"error": env_b}
+                    else:
+                        script = "horovod_estimator" if way == "B" else "hand_stitched"
+                        result = run_baseline(script, workload, data, workdir, env_b if way == "B" else {})
+                    if "error" in result:
+                        print(f"    {WAYS[way]} did not finish: {result['error']}", flush=True)
+                    runs[way].append(result)
+            summary = {w: medians(r) for w, r in runs.items()}
+            record["workloads"][name] = {"runs": runs, "medians": summary}
+            rows += workload_rows(name, summary, memory)
+            print_stages(workload.title, summary)
+    record["rows"] = rows
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(record, indent=2) + "\n")
     print_table(rows)
-    print(
-        "\nstages: "
-        + ", ".join(f"{name} {value:.1f} s" for name, value in stage_seconds.items())
-        + f"; start-up (Python, Spark JVM) and shut-down {seconds - sum(stage_seconds.values()):.1f} s"
-    )
     print(f"\nwritten: {args.json}")
     return rows
 
 
+def print_stages(title: str, summary: dict[str, dict | None]) -> None:
+    print(f"\n{title}: median seconds per stage")
+    print(f"  {'way':<24}" + "".join(f"{s:>10}" for s in (*STAGES, "total")) + f"{'accuracy':>10}")
+    for way, s in summary.items():
+        if s is None:
+            print(f"  {WAYS[way]:<24} did not finish")
+            continue
+        cells = "".join(f"{s['stage_seconds'][stage]:>10.2f}" for stage in STAGES)
+        print(f"  {WAYS[way]:<24}{cells}{s['seconds']:>10.2f}{s['accuracy']:>10.3f}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.end_to_end", description=__doc__.splitlines()[0])
-    parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="settings passed to the CLI")
-    parser.add_argument("--conf", type=Path, default=CONF, help="the pipeline config (default conf/quickstart.yaml)")
+    parser.add_argument("--workloads", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS))
+    parser.add_argument("--reps", type=int, default=3, help="repetitions of each way (default 3; medians)")
     parser.add_argument("--json", type=Path, default=RESULTS_PATH, help="where to write the results")
     return parser
 
 
 def _resolve(args: argparse.Namespace) -> str | None:
-    args.conf = args.conf.resolve()
-    if not args.conf.is_file():
-        return f"--conf {args.conf}: no such file"
-    redirected = [o for o in args.overrides if o.partition("=")[0] in OUTPUTS]
-    if redirected:
-        return f"{', '.join(redirected)}: the benchmark puts every output in a temporary directory itself"
-    return None
+    return "--reps must be at least 1" if args.reps < 1 else None
 
 
 def main(argv: list[str] | None = None) -> int:
