@@ -115,20 +115,29 @@ def _prepare(spark, cfg: DataConfig, owner: str | None, step: JobName) -> Prepar
 def _build(
     spark, cfg: DataConfig, ing: Ingested, fingerprint: str, staging: str, output: str, step: JobName
 ) -> dict[str, Any]:
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
-
     stage = _Stages(step)
     stage.begin("validate")
     v = validate(ing, cfg)
-    stage.done("validate", v.rows_in)
+    try:
+        stage.done("validate", v.rows_in)
+        return _build_validated(spark, cfg, ing, v, fingerprint, staging, output, stage)
+    finally:
+        v.release()
+
+
+def _build_validated(
+    spark, cfg: DataConfig, ing: Ingested, v: Validated, fingerprint: str, staging: str, output: str, stage: _Stages
+) -> dict[str, Any]:
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
     stage.begin("quarantine")
     _write_quarantine(spark, v, cfg, staging, output)
     stage.done("quarantine", v.rows_in - v.rows_clean)
 
     clean = v.clean
     content = [c for c in clean.columns if c != ROW_ID]
-    duplicates = count_duplicates(clean, content)
+    duplicates = count_duplicates(clean, content, v.rows_clean)
     if duplicates and cfg.dedupe:
         clean = drop_duplicates(clean, content)
     elif duplicates and ing.content_row_ids:
@@ -136,8 +145,8 @@ def _build(
     clean = assign_splits(clean, cfg).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         stage.begin("profile")
-        counts = {r[SPLIT]: r["count"] for r in clean.groupBy(SPLIT).count().collect()}  # three numbers
-        stats = profile(clean, cfg.label, cfg.task, v.features)
+        counts, label_distribution = _split_and_class_counts(clean, cfg)
+        stats = profile(clean, cfg.label, v.features, label_distribution)
         stats.update(duplicates=duplicates, deduplicated=bool(cfg.dedupe and duplicates))
         warnings = (
             class_warnings(stats["label_distribution"], v.num_classes, v.classes)
@@ -208,6 +217,21 @@ def _build(
         MANIFEST_QUARANTINE: {"path": QUARANTINE_DIR, "rows": v.rows_in - v.rows_clean, "reasons": v.reasons},
         MANIFEST_PROFILE: PROFILE,
     }
+
+
+def _split_and_class_counts(clean, cfg: DataConfig) -> tuple[dict[str, int], dict[str, int] | None]:
+    """Rows per split and, for a classification label, rows per class: one aggregate of splits x classes rows."""
+    keys = [SPLIT, f"`{cfg.label}`"] if cfg.task == "classification" else [SPLIT]
+    rows = clean.groupBy(*keys).count().collect()
+    splits: dict[str, int] = {}
+    for r in rows:
+        splits[r[0]] = splits.get(r[0], 0) + r["count"]
+    if cfg.task != "classification":
+        return splits, None
+    classes: dict[int, int] = {}
+    for r in rows:
+        classes[r[1]] = classes.get(r[1], 0) + r["count"]
+    return splits, {str(label): n for label, n in sorted(classes.items())}
 
 
 def _write_quarantine(spark, v: Validated, cfg: DataConfig, staging: str, output: str) -> None:

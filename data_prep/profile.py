@@ -8,9 +8,9 @@ from sparkml_par.config import ColumnSpec
 from sparkml_par.contract import ROW_ID
 
 
-def count_duplicates(df, columns: list[str]) -> int:
-    """Rows that repeat an earlier row's label and features exactly."""
-    return df.count() - df.select(*[f"`{c}`" for c in columns]).distinct().count()
+def count_duplicates(df, columns: list[str], rows: int) -> int:
+    """Rows that repeat an earlier row's label and features exactly, of df's `rows` rows."""
+    return rows - df.select(*[f"`{c}`" for c in columns]).distinct().count()
 
 
 def drop_duplicates(df, columns: list[str]):
@@ -20,8 +20,9 @@ def drop_duplicates(df, columns: list[str]):
     return df.groupBy(*[f"`{c}`" for c in columns]).agg(F.min(ROW_ID).alias(ROW_ID))
 
 
-def profile(df, label: str, task: str, specs: list[ColumnSpec]) -> dict[str, Any]:
-    """Count, nulls, min/max/mean/stddev, approximate distinct counts and the label distribution."""
+def profile(df, label: str, specs: list[ColumnSpec], label_distribution: dict[str, int] | None) -> dict[str, Any]:
+    """Count, nulls, min/max/mean/stddev, approximate distinct counts, and the label distribution (rows per
+    class of a classification label, counted by the caller together with the splits)."""
     from pyspark.sql import functions as F
 
     aggregates = [F.count(F.lit(1)).alias("rows")]
@@ -65,9 +66,8 @@ def profile(df, label: str, task: str, specs: list[ColumnSpec]) -> dict[str, Any
         if spec.type == "vector":
             _vector_moments(columns[spec.name])
     result = {"rows": stats["rows"], "columns": columns}
-    if task == "classification":
-        counts = df.groupBy(f"`{label}`").count().orderBy(f"`{label}`").collect()  # one row per class
-        result["label_distribution"] = {str(r[0]): r["count"] for r in counts}
+    if label_distribution is not None:
+        result["label_distribution"] = label_distribution
     return result
 
 

