@@ -1,12 +1,13 @@
 """The benchmark suite: every part, then one table of all their rows.
 
-    python -m benchmarks                      # every part (make bench): under 10 minutes on 2 cores
+    python -m benchmarks                      # every part (make bench): about 20 minutes on 2 cores
     python -m benchmarks convert read         # some parts
     python -m benchmarks --scale              # only the cost curve of data_prep's write at 1x, 4x, 16x
 
 Each part runs as `python -m benchmarks.<part>` in a process of its own, so each has its own Spark JVM
-and the peak memory in its rows is its own. The suite passes the smaller sizes in PARTS, which keep the
-whole run under 10 minutes on a 2-core machine; a part run alone uses its full default sizes. Every part
+and the peak memory in its rows is its own. The suite passes the smaller sizes in PARTS (end_to_end, the
+longest, runs at its full size: three ways, two workloads, three repetitions); a part run alone uses its
+full default sizes. Every part
 writes benchmarks/results/<part>.json; the suite prints their rows as one table and writes
 benchmarks/results/suite.json and suite.md (the table, the machine, the date and the commands).
 
@@ -33,7 +34,7 @@ from benchmarks.table import HEADER, cells, markdown_table, result_row, text_tab
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO / "benchmarks" / "results"
-# Each part's arguments in the suite: sized for the 10-minute budget on 2 cores.
+# Each part's arguments in the suite, sized for 2 cores.
 PARTS: dict[str, list[str]] = {
     "convert": ["--job-rows", "200000"],
     "read": [],
@@ -42,6 +43,7 @@ PARTS: dict[str, list[str]] = {
     "train_steps": ["--rounds", "1"],
     "score": ["--rows", "200000"],
     "storage": ["--reps", "3"],
+    "prepare_scale": [],
     "end_to_end": [],
 }
 TAIL_LINES = 30

@@ -11,6 +11,8 @@ depend on the weights' values.
 - Spark UDF: `sparkml_par.infer.score` on the Parquet path (read, per-row checks, the model over mapInArrow
   with score.batch_size rows per call, one torch thread per Python worker), into the `noop` sink
   (every row computed, nothing written) and into Parquet (what `sparkml-par score` writes).
+- predict_batch_udf: pyspark's own batch-inference UDF over the same artifact's predictor, on the same
+  Parquet rows and batch size, into the `noop` sink; the Spark UDF's target is >= 2x its rows/s.
 - In process: the same artifact's predictor over the same rows held in memory as one float32
   matrix, batch by batch, with torch's default thread count (all cores) and with one thread; the
   faster of the two is the baseline of the ratios.
@@ -39,6 +41,7 @@ from benchmarks.table import print_table, result_row
 
 RESULTS_PATH = Path(__file__).resolve().parent / "results" / "score.json"
 TARGET = 0.5
+UDF_TARGET = 2.0
 
 
 def _timed(fn) -> float:
@@ -75,6 +78,28 @@ def make_inputs(spark, rows: int, features: int, classes: int, hidden: list[int]
     }
     model = write_model_artifact(workdir / "model", build_from_spec(spec).state_dict(), description, {}, "")
     return str(data), str(model)
+
+
+def predict_batch_udf_of(model_dir: str, features: int, batch_size: int):
+    """pyspark's `predict_batch_udf` over the same artifact's predictor: the class and the probabilities, as
+    the project's scoring returns them, batch_size rows per call."""
+    from pyspark.ml.functions import predict_batch_udf
+    from pyspark.sql.types import ArrayType, FloatType, LongType, StructField, StructType
+
+    def make_predict():
+        from sparkml_par.infer.predictor import load_predictor
+
+        predictor = load_predictor(model_dir)
+        return predictor.predict
+
+    return predict_batch_udf(
+        make_predict,
+        return_type=StructType(
+            [StructField("prediction", LongType()), StructField("probabilities", ArrayType(FloatType()))]
+        ),
+        batch_size=batch_size,
+        input_tensor_shapes=[[features]],
+    )
 
 
 def load_rows(path: str) -> np.ndarray:
@@ -114,6 +139,12 @@ def run(args: argparse.Namespace) -> list[dict]:
                     str(workdir / "predictions")
                 )
 
+            predict_batch = predict_batch_udf_of(model_dir, args.features, args.batch_size)
+
+            def spark_predict_batch_udf():
+                rows = spark.read.parquet(data)
+                rows.select(predict_batch("features").alias("scored")).write.format("noop").mode("overwrite").save()
+
             def in_process():
                 predictor.predict_batches(features, args.batch_size)
 
@@ -132,12 +163,14 @@ def run(args: argparse.Namespace) -> list[dict]:
                 "spark_parquet": [],
                 "in_process": [],
                 "in_process_1_thread": [],
+                "predict_batch_udf": [],
             }
             for _ in range(args.repeats):
                 times["in_process"].append(_timed(in_process))
                 times["in_process_1_thread"].append(_timed(in_process_one_thread))
                 times["spark_noop"].append(_timed(spark_noop))
                 times["spark_parquet"].append(_timed(spark_parquet))
+                times["predict_batch_udf"].append(_timed(spark_predict_batch_udf))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         if created:
@@ -161,6 +194,15 @@ def run(args: argparse.Namespace) -> list[dict]:
             "higher",
             target,
             TARGET,
+        ),
+        result_row(
+            f"score: {spark_side}, noop sink, vs predict_batch_udf (rows/s)",
+            rate["spark_noop"],
+            rate["predict_batch_udf"],
+            "pyspark predict_batch_udf, same model, rows, batch and sink",
+            "higher",
+            f">= {UDF_TARGET:g}x",
+            UDF_TARGET,
         ),
         result_row(
             f"score: {spark_side}, Parquet out (rows/s)", rate["spark_parquet"], rate[fastest], baseline, "higher"
