@@ -125,7 +125,7 @@ class _EventLog:
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
-        import sparkml_par.launch as launch_module
+        import sparkml_par.launch.launcher as launch_module
 
         original = launch_module.DriverChannel
         launches = self.launches
