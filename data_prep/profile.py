@@ -7,6 +7,11 @@ from typing import Any
 from sparkml_par.config import ColumnSpec
 from sparkml_par.contract import ROW_ID
 
+# Relative error of the profile's approximate distinct counts (Spark's default is 0.05). The counts are
+# only reported; at 0.1 the HyperLogLog++ sketch of each column has a quarter of the registers, and the
+# aggregate of 128 columns x 5,000 rows took 0.8 s instead of 2.4 s.
+DISTINCT_RSD = 0.1
+
 
 def count_duplicates(df, columns: list[str], rows: int) -> int:
     """Rows that repeat an earlier row's label and features exactly, of df's `rows` rows."""
@@ -35,14 +40,14 @@ def profile(df, label: str, specs: list[ColumnSpec], label_distribution: dict[st
             F.max(c).alias(f"{name}|max"),
             F.mean(c).alias(f"{name}|mean"),
             F.stddev(c).alias(f"{name}|stddev"),
-            F.approx_count_distinct(c).alias(f"{name}|distinct"),
+            F.approx_count_distinct(c, DISTINCT_RSD).alias(f"{name}|distinct"),
         ]
     for spec in specs:
         c = F.col(f"`{spec.name}`")
         if spec.type == "string":
             aggregates += [
                 F.count(F.when(c.isNull(), 1)).alias(f"{spec.name}|nulls"),
-                F.approx_count_distinct(c).alias(f"{spec.name}|distinct"),
+                F.approx_count_distinct(c, DISTINCT_RSD).alias(f"{spec.name}|distinct"),
             ]
         elif spec.type == "vector":
             # Statistics over all elements; per-element sums come from one pass over each array.
