@@ -222,15 +222,15 @@ def _build_validated(
 def _split_and_class_counts(clean, cfg: DataConfig) -> tuple[dict[str, int], dict[str, int] | None]:
     """Rows per split and, for a classification label, rows per class: one aggregate of splits x classes rows."""
     keys = [SPLIT, f"`{cfg.label}`"] if cfg.task == "classification" else [SPLIT]
-    rows = clean.groupBy(*keys).count().collect()
+    rows = clean.groupBy(*keys).count().collect()  # the count is the last field: a label may be named "count"
     splits: dict[str, int] = {}
     for r in rows:
-        splits[r[0]] = splits.get(r[0], 0) + r["count"]
+        splits[r[0]] = splits.get(r[0], 0) + r[-1]
     if cfg.task != "classification":
         return splits, None
     classes: dict[int, int] = {}
     for r in rows:
-        classes[r[1]] = classes.get(r[1], 0) + r["count"]
+        classes[r[1]] = classes.get(r[1], 0) + r[-1]
     return splits, {str(label): n for label, n in sorted(classes.items())}
 
 

@@ -293,6 +293,25 @@ def test_parquet_input_with_typed_columns(spark, tmp_path):
     assert back["features"][1] == back["features"][0] % 5 * 0.5 and back["target"] == int(back["features"][0]) % 2
 
 
+def test_a_label_named_count_is_counted_per_class(spark, tmp_path):
+    """Rows per class come from a groupBy whose own column is named `count`: a label of that name is counted."""
+    df = spark.range(300).selectExpr("CAST(id AS double) AS x", "CAST(id % 3 AS int) AS count")
+    df.write.parquet(str(tmp_path / "in"))
+    cfg = load_config(
+        None,
+        [
+            "data.source=parquet",
+            f"data.path={tmp_path / 'in'}",
+            "data.label=count",
+            f"data.output={tmp_path / 'ds'}",
+            "data.max_shards=2",
+        ],
+    ).data
+    m = prepare(spark, cfg).manifest
+    assert m["class_counts"] == {"0": 100, "1": 100, "2": 100} and m["num_classes"] == 3
+    assert sum(split["rows"] for split in m["splits"].values()) == 300
+
+
 def test_prepare_command_and_spark_submit_entry(tmp_path, capsys):
     from sparkml_par.cli import run_job
 
@@ -304,3 +323,38 @@ def test_prepare_command_and_spark_submit_entry(tmp_path, capsys):
     assert "rows in       1797" in out and "quarantined   0" in out and "rows/s" in out
     assert run_job("prepare", ["--config", str(conf), f"data.output={tmp_path / 'ds2'}", "data.source=csv"]) == 2
     assert "error: data.path: source 'csv' reads files, so data.path must be set" in capsys.readouterr().err
+
+
+def test_profile_names_any_column(spark):
+    """Column names that SQL must quote (a pipe, a backtick, a dot, a space) get their own statistics."""
+    from pyspark.sql.types import ArrayType, DoubleType, FloatType, LongType, StringType, StructField, StructType
+
+    from data_prep.profile import profile
+    from sparkml_par.config import ColumnSpec
+
+    schema = StructType(
+        [
+            StructField("x|y", DoubleType()),
+            StructField("it`s", StringType()),
+            StructField("v.1", ArrayType(FloatType())),
+            StructField("class label", LongType()),
+        ]
+    )
+    rows = [(1.0, "a", [1.0, 2.0], 0), (3.0, None, [3.0, 4.0], 1), (None, "b", [5.0, 6.0], 1)]
+    specs = [ColumnSpec("x|y", "float"), ColumnSpec("it`s", "string"), ColumnSpec("v.1", "vector")]
+    stats = profile(spark.createDataFrame(rows, schema), "class label", specs, {"0": 1, "1": 2})
+
+    assert stats["rows"] == 3 and stats["label_distribution"] == {"0": 1, "1": 2}
+    columns = stats["columns"]
+    assert columns["x|y"] == {
+        "nulls": 1,
+        "min": 1.0,
+        "max": 3.0,
+        "mean": 2.0,
+        "stddev": pytest.approx(2**0.5),
+        "distinct": 2,
+    }
+    assert columns["it`s"] == {"nulls": 1, "distinct": 2}
+    assert columns["v.1"]["min"] == 1.0 and columns["v.1"]["max"] == 6.0 and columns["v.1"]["elements"] == 6
+    assert columns["v.1"]["mean"] == pytest.approx(3.5) and columns["v.1"]["nulls"] == 0
+    assert columns["class label"]["max"] == 1 and columns["class label"]["mean"] == pytest.approx(2 / 3)

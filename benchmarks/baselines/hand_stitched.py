@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
+
+from baseline_session import build_session
 
 STARTED = time.perf_counter()
 
@@ -31,6 +32,35 @@ def mlp(in_features: int, classes: int, hidden: list[int]):
         layers += [torch.nn.Linear(width, size), torch.nn.ReLU()]
         width = size
     return torch.nn.Sequential(*layers, torch.nn.Linear(width, classes))
+
+
+def read_splits(spark, request: dict):
+    """(train, test, feature column names) of the raw input as a user reads it: every column but `label`
+    as one float array, a seeded 80/20 random split."""
+    from pyspark.sql import functions as F
+
+    raw = spark.read.parquet(request["input"])
+    feature_columns = [c for c in raw.columns if c != "label"]
+    rows = raw.select(F.array(*[F.col(c).cast("float") for c in feature_columns]).alias("features"), "label")
+    train, test = rows.randomSplit([0.8, 0.2], seed=request["seed"])
+    return train, test, feature_columns
+
+
+def written_accuracy(spark, path: str) -> float:
+    """The test accuracy of the predictions written at path (columns prediction and label)."""
+    from pyspark.sql import functions as F
+
+    scored = spark.read.parquet(path)
+    return scored.agg(F.avg((F.col("prediction") == F.col("label")).cast("double"))).first()[0]
+
+
+def serve(run) -> int:
+    """The command line of a baseline script: --request JSON in, `RESULT <json>` out."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--request", required=True, help="JSON: input, workdir, num_proc, epochs, batch_size, ...")
+    result = run(json.loads(parser.parse_args().request))
+    print("RESULT " + json.dumps(result), flush=True)
+    return 0
 
 
 def train_ddp(converter, request: dict) -> None:
@@ -64,33 +94,18 @@ def train_ddp(converter, request: dict) -> None:
 
 
 def run(request: dict) -> dict:
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from petastorm.spark import SparkDatasetConverter, make_spark_converter
     from pyspark.ml.functions import predict_batch_udf
     from pyspark.ml.torch.distributor import TorchDistributor
-    from pyspark.sql import SparkSession
-    from pyspark.sql import functions as F
     from pyspark.sql.types import LongType
 
     workdir = request["workdir"]
-    spark = (
-        SparkSession.builder.master(f"local[{request['num_proc']}]")
-        .appName("hand-stitched")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config(SparkDatasetConverter.PARENT_CACHE_DIR_URL_CONF, f"file://{workdir}/converter-cache")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = build_session(request["num_proc"], "hand-stitched")
+    spark.conf.set(SparkDatasetConverter.PARENT_CACHE_DIR_URL_CONF, f"file://{workdir}/converter-cache")
     times = {"start-up": time.perf_counter() - STARTED}
 
     mark = time.perf_counter()
-    raw = spark.read.parquet(request["input"])
-    feature_columns = [c for c in raw.columns if c != "label"]
-    rows = raw.select(F.array(*[F.col(c).cast("float") for c in feature_columns]).alias("features"), "label")
-    train, test = rows.randomSplit([0.8, 0.2], seed=request["seed"])
+    train, test, feature_columns = read_splits(spark, request)
     # One Parquet file (row group) per partition: every rank needs a row group of its own.
     converter = make_spark_converter(train.repartition(request["num_proc"]))
     times["prepare"] = time.perf_counter() - mark
@@ -122,21 +137,12 @@ def run(request: dict) -> dict:
         make_predict, return_type=LongType(), batch_size=1024, input_tensor_shapes=[[request["features"]]]
     )
     test.withColumn("prediction", classify("features")).drop("features").write.parquet(f"{workdir}/predictions")
-    scored = spark.read.parquet(f"{workdir}/predictions")
-    accuracy = scored.agg(F.avg((F.col("prediction") == F.col("label")).cast("double"))).first()[0]
+    accuracy = written_accuracy(spark, f"{workdir}/predictions")
     times["score"] = time.perf_counter() - mark
     converter.delete()
     spark.stop()
     return {"stage_seconds": times, "seconds": time.perf_counter() - STARTED, "accuracy": accuracy}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--request", required=True, help="JSON: input, workdir, num_proc, epochs, batch_size, ...")
-    result = run(json.loads(parser.parse_args().request))
-    print("RESULT " + json.dumps(result), flush=True)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(serve(run))

@@ -14,11 +14,11 @@ the process's start and the test accuracy.
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import sys
 import time
+
+from baseline_session import build_session
+from hand_stitched import mlp, read_splits, serve, written_accuracy
 
 STARTED = time.perf_counter()
 
@@ -38,31 +38,16 @@ def legacy_dataset_store(prefix: str):
 
 
 def run(request: dict) -> dict:
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     import torch
-    from hand_stitched import mlp
     from horovod.spark.torch import TorchEstimator
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
     workdir = request["workdir"]
-    spark = (
-        SparkSession.builder.master(f"local[{request['num_proc']}]")
-        .appName("horovod-estimator")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = build_session(request["num_proc"], "horovod-estimator")
     times = {"start-up": time.perf_counter() - STARTED}
 
     mark = time.perf_counter()
-    raw = spark.read.parquet(request["input"])
-    feature_columns = [c for c in raw.columns if c != "label"]
-    rows = raw.select(F.array(*[F.col(c).cast("float") for c in feature_columns]).alias("features"), "label")
-    train, test = rows.randomSplit([0.8, 0.2], seed=request["seed"])
+    train, test, feature_columns = read_splits(spark, request)
     times["prepare"] = time.perf_counter() - mark
 
     mark = time.perf_counter()
@@ -92,20 +77,11 @@ def run(request: dict) -> dict:
     predicted.select("label", argmax(F.col("label__output")).alias("prediction")).write.parquet(
         f"{workdir}/predictions"
     )
-    scored = spark.read.parquet(f"{workdir}/predictions")
-    accuracy = scored.agg(F.avg((F.col("prediction") == F.col("label")).cast("double"))).first()[0]
+    accuracy = written_accuracy(spark, f"{workdir}/predictions")
     times["score"] = time.perf_counter() - mark
     spark.stop()
     return {"stage_seconds": times, "seconds": time.perf_counter() - STARTED, "accuracy": accuracy}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--request", required=True, help="JSON: input, workdir, num_proc, epochs, batch_size, ...")
-    result = run(json.loads(parser.parse_args().request))
-    print("RESULT " + json.dumps(result), flush=True)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(serve(run))
