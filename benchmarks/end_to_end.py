@@ -193,7 +193,7 @@ def estimator_env() -> dict[str, str] | str:
         if done.returncode != 0:
             return f"pip could not install the estimator's packages: {done.stderr.strip()[-500:]}"
         ready.touch()
-    return {"PYTHONPATH": os.pathsep.join([str(ESTIMATOR_PACKAGES_DIR), str(BASELINES)])}
+    return {"PYTHONPATH": str(ESTIMATOR_PACKAGES_DIR)}
 
 
 def medians(runs: list[dict]) -> dict | None:
@@ -257,7 +257,8 @@ def run(args: argparse.Namespace) -> list[dict]:
             memory: dict = {}
             order = list(WAYS)
             for rep in range(args.reps):
-                for way in order[rep % 3 :] + order[: rep % 3]:
+                turn = rep % len(order)
+                for way in order[turn:] + order[:turn]:
                     workdir = Path(tmp) / f"{name}-{way}-{rep}"
                     workdir.mkdir()
                     print(f"  {name} rep {rep + 1}/{args.reps}: {WAYS[way]} ...", flush=True)

@@ -59,27 +59,28 @@ def run(args: argparse.Namespace) -> list[dict]:
 
     rows_curve = [(args.rows * f, 32) for f in FACTORS]
     columns_curve = [(args.column_rows, c) for c in COLUMNS]
-    points: dict[str, float] = {}
+    points: dict[tuple[int, int], float] = {}  # (rows, columns) -> seconds
     with tempfile.TemporaryDirectory(prefix="prepare-scale-bench-") as tmp, PeakMemory() as memory:
         with spark_session(load_config(None, []).spark) as spark:
             time_prepare(spark, *rows_curve[0], Path(tmp), "warm-up")  # warms the JVM, the Python workers, the codegen
             for rows, columns in rows_curve + columns_curve:
-                key = f"{rows}x{columns}"
-                if key not in points:
-                    points[key] = time_prepare(spark, rows, columns, Path(tmp))
-                    print(f"  prepare {rows:,} rows x {columns} columns: {points[key]:.1f} s", flush=True)
+                if (rows, columns) not in points:
+                    points[rows, columns] = time_prepare(spark, rows, columns, Path(tmp))
+                    print(f"  prepare {rows:,} rows x {columns} columns: {points[rows, columns]:.1f} s", flush=True)
     rows = []
     for curve, what in ((rows_curve, "rows"), (columns_curve, "columns")):
-        first = points[f"{curve[0][0]}x{curve[0][1]}"]
+        first = points[curve[0]]
         for (n, c), factor in zip(curve[1:], FACTORS[1:]):
             part = f"prepare scale: {factor}x the {what} ({n:,} rows x {c} columns, s)"
             base = f"1x: {curve[0][0]:,} x {curve[0][1]}"
             rows.append(
-                result_row(part, points[f"{n}x{c}"], first, base, "lower", f"<= {factor}x (linear)", factor)
+                result_row(part, points[n, c], first, base, "lower", f"<= {factor}x (linear)", factor)
                 | memory.columns()
             )
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"seconds": points, "rows": rows}, indent=2) + "\n")
+    args.json.write_text(
+        json.dumps({"seconds": {f"{n}x{c}": t for (n, c), t in points.items()}, "rows": rows}, indent=2) + "\n"
+    )
     print_table(rows)
     print(f"\nwritten: {args.json}")
     return rows

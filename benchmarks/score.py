@@ -86,6 +86,8 @@ def predict_batch_udf_of(model_dir: str, features: int, batch_size: int):
     from pyspark.ml.functions import predict_batch_udf
     from pyspark.sql.types import ArrayType, FloatType, LongType, StructField, StructType
 
+    from sparkml_par.contract import PREDICTION, PROBABILITIES
+
     def make_predict():
         from sparkml_par.infer.predictor import load_predictor
 
@@ -95,7 +97,7 @@ def predict_batch_udf_of(model_dir: str, features: int, batch_size: int):
     return predict_batch_udf(
         make_predict,
         return_type=StructType(
-            [StructField("prediction", LongType()), StructField("probabilities", ArrayType(FloatType()))]
+            [StructField(PREDICTION, LongType()), StructField(PROBABILITIES, ArrayType(FloatType()))]
         ),
         batch_size=batch_size,
         input_tensor_shapes=[[features]],

@@ -172,8 +172,8 @@ class Store:
             return
         bucket = self.root.split("/", 1)[0]
         try:
-            missing = self.fs.get_file_info(bucket).type == pafs.FileType.NotFound
-            if urlparse(self.url).scheme in OBJECT_STORE_SCHEMES and missing:
+            object_store = urlparse(self.url).scheme in OBJECT_STORE_SCHEMES
+            if object_store and self.fs.get_file_info(bucket).type == pafs.FileType.NotFound:
                 raise SparkmlParError(
                     f"cannot write to {setting} {self.url!r}: the bucket {bucket!r} does not exist; "
                     f"create it or set {setting} to a URL in a bucket you can write to"
