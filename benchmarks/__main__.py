@@ -11,6 +11,10 @@ full default sizes. Every part
 writes benchmarks/results/<part>.json; the suite prints their rows as one table and writes
 benchmarks/results/suite.json and suite.md (the table, the machine, the date and the commands).
 
+A run of every part (`make bench`) also writes its table, with the machine and its load, into the README's
+"Performance" section, between the README_BEGIN and README_END marker lines; a run of some parts leaves
+the README as it is (its table would be partial).
+
 Memory columns: driver = peak RSS of the part's Python driver plus its Spark JVM; rank = the largest
 peak RSS of its Spark Python workers, where the Horovod ranks run (convert and score: the workers that
 write or score; read: the reading process, which plays rank 0). A missed target is a result, not an
@@ -47,6 +51,9 @@ PARTS: dict[str, list[str]] = {
     "end_to_end": [],
 }
 TAIL_LINES = 30
+README = REPO / "README.md"
+README_BEGIN = "<!-- benchmark table: written by `make bench` -->"
+README_END = "<!-- end of the benchmark table -->"
 
 
 def run_part(name: str) -> dict:
@@ -86,6 +93,9 @@ def run_part(name: str) -> dict:
 
 
 def run_suite(names: list[str], command: str) -> int:
+    whole = set(names) == set(PARTS)
+    if whole:
+        _table_span(README.read_text())  # a README without the markers stops the suite before 20 minutes of work
     before = machine.describe()
     started = time.perf_counter()
     parts = [run_part(name) for name in names]
@@ -108,22 +118,45 @@ def run_suite(names: list[str], command: str) -> int:
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     (RESULTS_DIR / "suite.json").write_text(json.dumps(record, indent=1) + "\n")
     (RESULTS_DIR / "suite.md").write_text(suite_markdown(record, lines))
-    print(
-        f"\n{', '.join(names)}: {record['seconds'] / 60:.1f} min; written: {RESULTS_DIR / 'suite.json'}, "
-        f"{RESULTS_DIR / 'suite.md'}"
-    )
+    written = [RESULTS_DIR / "suite.json", RESULTS_DIR / "suite.md"]
+    if whole:
+        README.write_text(readme_with_table(README.read_text(), record, lines))
+        written.append(README)
+    print(f"\n{', '.join(names)}: {record['seconds'] / 60:.1f} min; written: {', '.join(map(str, written))}")
     return 1 if failed else 0
 
 
-def suite_markdown(record: dict, lines: list[tuple[str, ...]]) -> str:
+def readme_with_table(readme: str, record: dict, lines: list[tuple[str, ...]]) -> str:
+    """The README with the text between its marker lines replaced by this run's machine line and table."""
+    begin, end = _table_span(readme)
+    return f"{readme[:begin]}\n{_machine_line(record)}\n\n{markdown_table(lines)}\n{readme[end:]}"
+
+
+def _table_span(readme: str) -> tuple[int, int]:
+    """Where the README's table lies: from the end of the begin marker to the start of the end marker."""
+    begin, end = readme.find(README_BEGIN), readme.find(README_END)
+    if begin < 0 or end < begin:
+        raise SystemExit(
+            f"{README} has no benchmark table to replace: put the lines {README_BEGIN!r} and {README_END!r} "
+            "around the place the table goes"
+        )
+    return begin + len(README_BEGIN), end
+
+
+def _machine_line(record: dict) -> str:
     m = record["machine"]
+    return (
+        f"`{record['command']}`, {m['date']}, {record['seconds'] / 60:.1f} minutes. "
+        f"Machine: nproc {m['nproc']}, {m['ram_gib']:.1f} GiB RAM, {m['cpu']}, {m['os']}, Python {m['python']}; "
+        f"load average {_load(m['load_average'])} at the start, {_load(record['load_average_after'])} at the end."
+    )
+
+
+def suite_markdown(record: dict, lines: list[tuple[str, ...]]) -> str:
     out = [
         "# Benchmark suite",
         "",
-        f"`{record['command']}`, {m['date']}, {record['seconds'] / 60:.1f} minutes.",
-        "",
-        f"Machine: nproc {m['nproc']}, {m['ram_gib']:.1f} GiB RAM, {m['cpu']}, {m['os']}, Python {m['python']}; "
-        f"load average {_load(m['load_average'])} at the start, {_load(record['load_average_after'])} at the end.",
+        _machine_line(record),
         "",
         markdown_table(lines),
         "",

@@ -33,7 +33,15 @@ def is_local_master(master: str) -> bool:
 def session_settings(cfg: SparkConfig) -> dict[str, str]:
     """Every setting the builder applies: ours first, then the user's spark.* settings win."""
     # The project logs stage, epoch and throughput itself; Spark's bar would break those lines on any master.
-    settings = {"spark.app.name": cfg.app_name, "spark.master": cfg.master, "spark.ui.showConsoleProgress": "false"}
+    settings = {
+        "spark.app.name": cfg.app_name,
+        "spark.master": cfg.master,
+        "spark.ui.showConsoleProgress": "false",
+        # pyspark records the Python call site of every Column function for Spark's error messages, at four
+        # Py4J round trips a call; the project builds its expressions itself, a few per column (prepare of
+        # digits as 64 Parquet columns: 17,829 -> 5,829 round trips, 10.0 -> 7.2 s warm, cProfile).
+        "spark.python.sql.dataFrameDebugging.enabled": "false",
+    }
     if is_local_master(cfg.master):
         settings.update(
             {

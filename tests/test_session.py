@@ -34,6 +34,15 @@ def test_user_spark_settings_reach_the_live_session(spark, spark_config):
     assert spark.sparkContext.appName == spark_config.app_name == "sparkml_par-tests"
 
 
+def test_column_functions_skip_pyspark_call_site_capture(spark):
+    from pyspark.errors.utils import is_debugging_enabled
+
+    assert spark.conf.get("spark.python.sql.dataFrameDebugging.enabled") == "false"
+    assert is_debugging_enabled() is False
+    mine = session_settings(SparkConfig(conf={"spark.python.sql.dataFrameDebugging.enabled": "true"}))
+    assert mine["spark.python.sql.dataFrameDebugging.enabled"] == "true"
+
+
 def test_active_session_is_reused_and_left_running(spark, caplog):
     with caplog.at_level(logging.INFO, logger="sparkml_par.session"):
         session, created = get_or_create_session(
