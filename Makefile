@@ -1,6 +1,17 @@
 # Two commands matter: `make quickstart` (main job on the embedded local[N] Spark) and `make test`.
 PYTHON ?= python3.11
+# Two tested stacks: STACK=pinned (the default: constraints.txt, .venv) and STACK=current (the newest
+# releases: constraints-current.txt, .venv-current). `make test STACK=current` runs the suite on the second.
+STACK ?= pinned
+ifeq ($(STACK),pinned)
+CONSTRAINTS := constraints.txt
 VENV ?= .venv
+else ifeq ($(STACK),current)
+CONSTRAINTS := constraints-current.txt
+VENV ?= .venv-current
+else
+$(error STACK=$(STACK) is not a stack of this project: use STACK=pinned (the default) or STACK=current)
+endif
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-stamp
 
@@ -9,12 +20,12 @@ STAMP := $(VENV)/.setup-stamp
 setup: $(STAMP)
 
 # Re-runs only when the pins or the package metadata change; the Horovod wheel is cached.
-$(STAMP): constraints.txt setup.cfg pyproject.toml scripts/build_horovod.sh
+$(STAMP): $(CONSTRAINTS) setup.cfg pyproject.toml scripts/build_horovod.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
-	$(PY) -m pip install --quiet -c constraints.txt torch
+	$(PY) -m pip install --quiet -c $(CONSTRAINTS) torch
 	scripts/build_horovod.sh $(PY)
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,mlflow]'
+	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e '.[test,mlflow]'
 	$(VENV)/bin/sparkml-par doctor
 	touch $(STAMP)
 

@@ -1,13 +1,16 @@
 """`sparkml-par doctor`: is this machine's stack one that runs the pipeline, and if not, what to do.
 
-The stack is old at its petastorm/Horovod end on purpose, so most failures come from a
-package that drifted. In a repository checkout the versions are compared with the pins in
-constraints.txt; in an installed package, with the versions the stack needs.
+Two stacks are tested: the pinned one (constraints.txt) and the current one (constraints-current.txt).
+In a repository checkout the versions are compared with the pins of the stack the environment holds
+(the one whose pyspark and pyarrow pins it has); in an installed package, with the ranges both stacks
+cover. Most failures come from a package that drifted, or from petastorm on pyarrow >= 15 without its
+compatibility patch.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import os
 import re
 import shutil
@@ -21,19 +24,26 @@ HOROVOD_FIX = (
     "run `make setup`, which builds Horovod with scripts/build_horovod.sh "
     "(run the script directly when setup already ran)"
 )
+PETASTORM_PATCH_FIX = (
+    "petastorm as released imports pyarrow.filesystem, gone in pyarrow 15: patch the installed copy with "
+    "`python scripts/patch_petastorm.py` (make setup runs it)"
+)
 
-# Version prefix each package needs and why: what is checked when no constraints.txt is at hand.
-EXPECTED: dict[str, tuple[str, str]] = {
-    "pyspark": (
-        "4.0",
-        "the pipeline is built and tested on Spark 4.0 (4.1 needs pyarrow 15, which petastorm 0.12 cannot use)",
-    ),
-    "torch": ("2", "the models and Horovod's torch bindings are built for torch 2"),
-    "horovod": ("0.28", "the launcher is written against Horovod 0.28's Gloo rendezvous"),
-    "petastorm": ("0.12", "0.13 pins setuptools<70, which conflicts with torch's setuptools>=77"),
-    "pyarrow": ("14", "petastorm 0.12 imports pyarrow.filesystem and the legacy ParquetDataset, gone in pyarrow 15"),
-    "numpy": ("1", "pyarrow 14 is built against numpy 1.x"),
-    "mlflow": ("3", "the tracking client and the pyfunc model are written against MLflow 3"),
+# The tested stacks, by the constraints file of a checkout that pins each.
+STACKS = {"pinned": "constraints.txt", "current": "constraints-current.txt"}
+# What decides which stack an environment holds.
+STACK_MARKERS = ("pyspark", "pyarrow")
+
+# Versions each package may have, as major.minor from (inclusive) to (exclusive), and why: what is
+# checked when no constraints file is at hand. Both stacks lie inside.
+SUPPORTED: dict[str, tuple[tuple[int, int], tuple[int, int], str]] = {
+    "pyspark": ((4, 0), (4, 4), "the pipeline is tested on Spark 4.0 and 4.3"),
+    "torch": ((2, 1), (3, 0), "Horovod's torch bindings need the C++17 headers of torch >= 2.1"),
+    "horovod": ((0, 28), (0, 29), "the launcher is written against Horovod 0.28's Gloo rendezvous"),
+    "petastorm": ((0, 12), (0, 14), "the dataset contract is petastorm 0.12's Unischema and row-group metadata"),
+    "pyarrow": ((14, 0), (26, 0), "the pipeline is tested on pyarrow 14 and 25"),
+    "numpy": ((1, 26), (3, 0), "the pipeline is tested on numpy 1.26 and 2.4"),
+    "mlflow": ((3, 0), (4, 0), "the tracking client and the pyfunc model are written against MLflow 3"),
 }
 
 
@@ -45,36 +55,76 @@ class CheckResult:
     fix: str = ""
 
 
-def find_constraints() -> Optional[Path]:
-    """constraints.txt next to the package: present in a repository checkout, absent in an install."""
-    path = Path(__file__).resolve().parent.parent / "constraints.txt"
-    return path if path.is_file() else None
+def find_constraints(root: Optional[Path] = None) -> Optional[Path]:
+    """The constraints file of the stack this environment holds, in a repository checkout (None in an install).
+
+    The stack whose pyspark and pyarrow pins the installed versions match; the pinned stack when none does
+    (its pins then name what to install).
+    """
+    root = root or Path(__file__).resolve().parent.parent
+    files = [root / name for name in STACKS.values() if (root / name).is_file()]
+    for path in files:
+        pins = read_pins(path)
+        if all(_installed(dist) == pins.get(dist) for dist in STACK_MARKERS):
+            return path
+    return files[0] if files else None
 
 
-def read_pins(path: Path) -> dict[str, str]:
+def stack_name(path: Path) -> str:
+    return next((name for name, file in STACKS.items() if file == path.name), path.name)
+
+
+def _installed(dist: str) -> Optional[str]:
+    try:
+        return importlib.metadata.version(dist).split("+", 1)[0]
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+class Pins(dict):
+    """A stack's exact versions by distribution name, and the name of the constraints file holding them."""
+
+    def __init__(self, versions: Mapping[str, str], file: str = STACKS["pinned"]):
+        super().__init__(versions)
+        self.file = file
+
+
+def read_pins(path: Path) -> Pins:
     pins = {}
     for line in path.read_text().splitlines():
         name, sep, version = line.split("#", 1)[0].strip().partition("==")
         if sep:
             pins[name.strip().lower()] = version.strip()
-    return pins
+    return Pins(pins, path.name)
 
 
-def version_problem(dist: str, version: str, pins: Optional[Mapping[str, str]]) -> Optional[str]:
+def version_problem(dist: str, version: str, pins: Optional[Pins]) -> Optional[str]:
     """Why this version of dist does not fit the stack, or None when it does."""
     base = version.split("+", 1)[0]  # torch 2.13.0+cpu and 2.13.0+cu121 are both 2.13.0
-    prefix, why = EXPECTED[dist]
-    if base.split(".")[: prefix.count(".") + 1] != prefix.split("."):
-        return f"{dist} {prefix}.x is required: {why}"
+    low, high, why = SUPPORTED[dist]
+    if not low <= _major_minor(base) < high:
+        return f"{dist} {_span(low, high)} is required: {why}"
     if pins and dist in pins and base != pins[dist]:
-        return f"constraints.txt pins {dist}=={pins[dist]}"
+        return f"{pins.file} pins {dist}=={pins[dist]}"
     return None
 
 
-def _pip_fix(dist: str, pins: Optional[Mapping[str, str]]) -> str:
+def _major_minor(version: str) -> tuple[int, int]:
+    parts = [int(p) for p in re.findall(r"\d+", version)[:2]]
+    return (parts + [0, 0])[0], (parts + [0, 0])[1]
+
+
+def _span(low: tuple[int, int], high: tuple[int, int]) -> str:
+    last = (high[0], high[1] - 1) if high[1] else (high[0] - 1, None)
+    last_text = f"{last[0]}.{last[1]}" if last[1] is not None else f"{last[0]}.x"
+    return f"{low[0]}.{low[1]} to {last_text}"
+
+
+def _pip_fix(dist: str, pins: Optional[Pins]) -> str:
     if pins and dist in pins:
-        return f"install the pinned version: `pip install -c constraints.txt {dist}=={pins[dist]}`"
-    return f"install a matching version: `pip install '{dist}=={EXPECTED[dist][0]}.*'`"
+        return f"install the pinned version: `pip install -c {pins.file} {dist}=={pins[dist]}`"
+    low, high, _ = SUPPORTED[dist]
+    return f"install a supported version: `pip install '{dist}>={low[0]}.{low[1]},<{high[0]}.{high[1]}'`"
 
 
 def check_python(version_info: tuple[int, ...] = tuple(sys.version_info[:3])) -> CheckResult:
@@ -83,7 +133,7 @@ def check_python(version_info: tuple[int, ...] = tuple(sys.version_info[:3])) ->
         return CheckResult(
             "Python",
             False,
-            f"{version}; Python 3.11 is required (torch, pyarrow 14 and the Horovod build are pinned for it)",
+            f"{version}; Python 3.11 is required (both stacks' torch, pyarrow and Horovod builds are for it)",
             "create the environment with Python 3.11: `make clean setup PYTHON=python3.11`",
         )
     return CheckResult("Python", True, f"{version} ({sys.executable})")
@@ -149,10 +199,11 @@ def _import(module: str):
         return None, f"{module} does not import: {type(exc).__name__}: {exc}"
 
 
-def check_package(name: str, dist: str, pins: Optional[Mapping[str, str]]) -> CheckResult:
+def check_package(name: str, dist: str, pins: Optional[Pins]) -> CheckResult:
     module, error = _import(dist)
     if error:
-        return CheckResult(name, False, error, _pip_fix(dist, pins))
+        fix = PETASTORM_PATCH_FIX if "pyarrow.filesystem" in error else _pip_fix(dist, pins)
+        return CheckResult(name, False, error, fix)
     version = module.__version__
     label = version if name.lower() == dist else f"{dist} {version}"
     problem = version_problem(dist, version, pins)
@@ -161,7 +212,7 @@ def check_package(name: str, dist: str, pins: Optional[Mapping[str, str]]) -> Ch
     return CheckResult(name, True, label)
 
 
-def check_torch(pins: Optional[Mapping[str, str]]) -> CheckResult:
+def check_torch(pins: Optional[Pins]) -> CheckResult:
     torch, error = _import("torch")
     if error:
         return CheckResult("torch", False, error, _pip_fix("torch", pins))
@@ -178,7 +229,7 @@ def check_torch(pins: Optional[Mapping[str, str]]) -> CheckResult:
     return CheckResult("torch", True, detail)
 
 
-def check_horovod(pins: Optional[Mapping[str, str]]) -> CheckResult:
+def check_horovod(pins: Optional[Pins]) -> CheckResult:
     horovod, error = _import("horovod")
     if error:
         return CheckResult("Horovod", False, error, HOROVOD_FIX)
@@ -209,7 +260,7 @@ def check_horovod(pins: Optional[Mapping[str, str]]) -> CheckResult:
     return CheckResult("Horovod", True, detail)
 
 
-def check_mlflow(pins: Optional[Mapping[str, str]], environ: Mapping[str, str] = os.environ) -> CheckResult:
+def check_mlflow(pins: Optional[Pins], environ: Mapping[str, str] = os.environ) -> CheckResult:
     """MLflow is optional (tracking.tracking_uri needs it); with MLFLOW_TRACKING_URI set, its server must answer."""
     mlflow, error = _import("mlflow")
     if error:
@@ -238,7 +289,7 @@ def check_mlflow(pins: Optional[Mapping[str, str]], environ: Mapping[str, str] =
     return CheckResult("MLflow", True, detail)
 
 
-def run_checks(pins: Optional[Mapping[str, str]]) -> list[CheckResult]:
+def run_checks(pins: Optional[Pins]) -> list[CheckResult]:
     return [
         check_python(),
         check_java(),
@@ -263,7 +314,11 @@ def report(stream: Optional[TextIO] = None) -> int:
         print(f"{'ok' if r.ok else 'FAIL':<5} {r.name:<{width}}  {r.detail}", file=stream)
         if r.fix:
             print(f"      fix: {r.fix}", file=stream)
-    basis = f"the pins in {constraints}" if constraints else "the versions the stack needs (no constraints.txt)"
+    basis = (
+        f"the pins of the {stack_name(constraints)} stack in {constraints}"
+        if constraints
+        else "the versions both tested stacks cover (no constraints file)"
+    )
     problems = sum(not r.ok for r in results)
     verdict = "the stack can run" if not problems else f"{problems} problem(s): the stack cannot run"
     print(f"compared with {basis}; {verdict}", file=stream)

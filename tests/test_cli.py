@@ -212,45 +212,66 @@ def test_doctor_lists_every_component(capsys):
     # This checkout's environment is built by `make setup`: every check passes.
     assert code == 0, "\n".join(lines)
     assert all(line.startswith("ok ") for line in component_lines)
-    assert lines[-1] == f"compared with the pins in {REPO / 'constraints.txt'}; the stack can run"
+    # The stack this environment holds: the pinned one (make setup) or the current one (STACK=current).
+    constraints = doctor.find_constraints()
+    assert lines[-1] == f"compared with the pins of the {doctor.stack_name(constraints)} stack in {constraints}; " + (
+        "the stack can run"
+    )
     horovod_line = component_lines[COMPONENTS.index("Horovod")]
     assert "0.28.1, PyTorch yes, Gloo yes" in horovod_line
 
 
 def test_doctor_reads_the_pins_of_the_checkout():
-    pins = doctor.read_pins(doctor.find_constraints())
-    assert pins["pyarrow"] == "14.0.2" and pins["horovod"] == "0.28.1" and pins["pyspark"].startswith("4.0.")
+    pinned = doctor.read_pins(REPO / "constraints.txt")
+    assert pinned["pyarrow"] == "14.0.2" and pinned["horovod"] == "0.28.1" and pinned["pyspark"].startswith("4.0.")
+    current = doctor.read_pins(REPO / "constraints-current.txt")
+    assert current.file == "constraints-current.txt" and current["pyspark"].startswith("4.3.")
+    assert current["horovod"] == pinned["horovod"] and current["numpy"].startswith("2.")
+    # The environment's pyspark and pyarrow name its stack.
+    import pyarrow
+    import pyspark
+
+    holds = doctor.read_pins(doctor.find_constraints())
+    assert (holds["pyspark"], holds["pyarrow"]) == (pyspark.__version__, pyarrow.__version__)
+
+
+def test_doctor_names_the_pinned_stack_when_the_environment_holds_neither(tmp_path):
+    for name in doctor.STACKS.values():
+        (tmp_path / name).write_text("pyspark==3.5.0\npyarrow==12.0.0\n")
+    assert doctor.find_constraints(tmp_path) == tmp_path / "constraints.txt"
+    assert doctor.find_constraints(tmp_path / "missing") is None
+
+
+PINNED = doctor.Pins({"pyarrow": "14.0.2", "torch": "2.13.0"})
+CURRENT = doctor.Pins({"pyarrow": "25.0.1"}, "constraints-current.txt")
 
 
 @pytest.mark.parametrize(
     "dist, version, pins, problem",
     [
-        ("pyarrow", "14.0.2", {"pyarrow": "14.0.2"}, None),
-        (
-            "pyarrow",
-            "15.0.0",
-            {"pyarrow": "14.0.2"},
-            "pyarrow 14.x is required: petastorm 0.12 imports pyarrow.filesystem and the legacy ParquetDataset, "
-            "gone in pyarrow 15",
-        ),
-        ("pyarrow", "14.0.1", {"pyarrow": "14.0.2"}, "constraints.txt pins pyarrow==14.0.2"),
-        ("pyarrow", "14.0.1", None, None),
-        ("numpy", "2.0.1", None, "numpy 1.x is required: pyarrow 14 is built against numpy 1.x"),
+        ("pyarrow", "14.0.2", PINNED, None),
+        ("pyarrow", "25.0.1", CURRENT, None),
+        ("pyarrow", "15.0.0", PINNED, "constraints.txt pins pyarrow==14.0.2"),
+        ("pyarrow", "14.0.2", CURRENT, "constraints-current.txt pins pyarrow==25.0.1"),
+        ("pyarrow", "19.0.1", None, None),
+        ("pyarrow", "26.0.1", None, "pyarrow 14.0 to 25.x is required: the pipeline is tested on pyarrow 14 and 25"),
+        ("numpy", "2.4.6", None, None),
+        ("numpy", "1.25.2", None, "numpy 1.26 to 2.x is required: the pipeline is tested on numpy 1.26 and 2.4"),
+        ("pyspark", "4.3.0", None, None),
         (
             "pyspark",
-            "4.1.4",
+            "4.4.1",
             None,
-            "pyspark 4.0.x is required: the pipeline is built and tested on Spark 4.0 "
-            "(4.1 needs pyarrow 15, which petastorm 0.12 cannot use)",
+            "pyspark 4.0 to 4.3 is required: the pipeline is tested on Spark 4.0 and 4.3",
         ),
         (
             "pyspark",
-            "4.00.1",
+            "3.5.1",
             None,
-            "pyspark 4.0.x is required: the pipeline is built and tested on Spark 4.0 "
-            "(4.1 needs pyarrow 15, which petastorm 0.12 cannot use)",
+            "pyspark 4.0 to 4.3 is required: the pipeline is tested on Spark 4.0 and 4.3",
         ),
-        ("torch", "2.13.0+cu121", {"torch": "2.13.0"}, None),
+        ("pyspark", "4.00.1", None, None),
+        ("torch", "2.13.0+cu121", PINNED, None),
     ],
 )
 def test_version_problem(dist, version, pins, problem):
@@ -261,7 +282,7 @@ def test_python_other_than_3_11():
     result = doctor.check_python((3, 12, 1))
     assert (result.ok, result.detail) == (
         False,
-        "3.12.1; Python 3.11 is required (torch, pyarrow 14 and the Horovod build are pinned for it)",
+        "3.12.1; Python 3.11 is required (both stacks' torch, pyarrow and Horovod builds are for it)",
     )
     assert result.fix == "create the environment with Python 3.11: `make clean setup PYTHON=python3.11`"
 
@@ -317,20 +338,34 @@ def test_this_machines_java():
 
 def test_package_that_does_not_import(monkeypatch):
     monkeypatch.setitem(sys.modules, "petastorm", None)  # how Python marks a module as not importable
-    assert doctor.check_package("petastorm", "petastorm", {"petastorm": "0.12.1"}) == doctor.CheckResult(
+    pins = doctor.Pins({"petastorm": "0.12.1"}, "constraints-current.txt")
+    assert doctor.check_package("petastorm", "petastorm", pins) == doctor.CheckResult(
         "petastorm",
         False,
         "petastorm does not import: ModuleNotFoundError: import of petastorm halted; None in sys.modules",
-        "install the pinned version: `pip install -c constraints.txt petastorm==0.12.1`",
+        "install the pinned version: `pip install -c constraints-current.txt petastorm==0.12.1`",
     )
     assert doctor.check_package("petastorm", "petastorm", None).fix == (
-        "install a matching version: `pip install 'petastorm==0.12.*'`"
+        "install a supported version: `pip install 'petastorm>=0.12,<0.14'`"
     )
+
+
+def test_petastorm_without_its_patch_on_a_new_pyarrow_is_sent_to_the_patch(tmp_path, monkeypatch):
+    # What petastorm 0.12.1 as released does on pyarrow >= 15 (petastorm/utils.py).
+    (tmp_path / "petastorm").mkdir()
+    (tmp_path / "petastorm" / "__init__.py").write_text("from pyarrow.filesystem import LocalFileSystem\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [m for m in sys.modules if m == "petastorm" or m.startswith("petastorm.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "pyarrow.filesystem", None)
+    result = doctor.check_package("petastorm", "petastorm", None)
+    assert (result.ok, result.fix) == (False, doctor.PETASTORM_PATCH_FIX)
+    assert "pyarrow.filesystem" in result.detail
 
 
 def test_horovod_without_pytorch_support(monkeypatch):
     monkeypatch.setitem(sys.modules, "horovod.torch", None)
-    result = doctor.check_horovod({"horovod": "0.28.1"})
+    result = doctor.check_horovod(doctor.Pins({"horovod": "0.28.1"}))
     assert (result.ok, result.fix) == (False, doctor.HOROVOD_FIX)
     assert result.detail.startswith("0.28.1 without PyTorch support: horovod.torch does not import")
 
@@ -342,7 +377,9 @@ def test_report_exit_code_follows_the_checks(monkeypatch):
     lines = out.getvalue().splitlines()
     at = [line.split()[1] for line in lines].index("pyarrow")
     assert lines[at].startswith("FAIL  pyarrow    pyarrow does not import: ModuleNotFoundError")
-    assert lines[at + 1] == "      fix: install the pinned version: `pip install -c constraints.txt pyarrow==14.0.2`"
+    pins = doctor.read_pins(doctor.find_constraints())
+    fix = f"install the pinned version: `pip install -c {pins.file} pyarrow=={pins['pyarrow']}`"
+    assert lines[at + 1] == f"      fix: {fix}"
     assert lines[-1].endswith("problem(s): the stack cannot run")
 
 
