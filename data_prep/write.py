@@ -25,10 +25,9 @@ from sparkml_par.errors import SparkmlParError
 
 log = logging.getLogger(__name__)
 
-# petastorm 0.12's metadata helpers take a legacy pyarrow ParquetDataset and use its attributes deprecated
-# since pyarrow 5 (why pyarrow is pinned to 14): deprecation notices of the pinned stack, not the user's to act on.
+# petastorm 0.12 reads through a legacy pyarrow ParquetDataset, whose attributes are deprecated since pyarrow 5:
+# deprecation notices of the pinned stack, not the user's to act on.
 warnings.filterwarnings("ignore", category=FutureWarning, module=r"petastorm(\.|$)")
-warnings.filterwarnings("ignore", message=r"Passing 'use_legacy_dataset=True'", category=FutureWarning, module=__name__)
 
 MIB = 1024 * 1024
 
@@ -153,39 +152,43 @@ def write_split(
     fs.create_dir(root, recursive=True)
     written = source.mapInArrow(_partition_writer(url, sizes), "file string, rows long").collect()
     _remove_unfinished(fs, root)
-    files = read_file_counts(spark, url)
+    files = read_file_counts(url)
     groups = sum(n for _, n in files.values())
     if groups != len(written) or sum(n for n, _ in files.values()) != rows or groups != sum(plan.values()):
         raise SparkmlParError(
             f"the {split} split was written as {groups} row groups / {sum(n for n, _ in files.values())} rows "
             f"instead of {sum(plan.values())} / {rows}; is something else writing to {url}?"
         )
-    _add_petastorm_metadata(spark, url, schema, {name: n for name, (_, n) in files.items()})
+    _add_petastorm_metadata(url, schema, {name: n for name, (_, n) in files.items()})
     return {"rows": rows, "row_groups": groups, "files": {path: n for path, (n, _) in files.items()}}
 
 
-def _add_petastorm_metadata(spark, url: str, schema, row_groups: dict[str, int]) -> None:
-    """What petastorm's materialize_dataset adds after a write: the Unischema and row groups per file.
+def _add_petastorm_metadata(url: str, schema, row_groups: dict[str, int]) -> None:
+    """What petastorm's materialize_dataset adds after a write: the Unischema and row groups per file, as
+    key-value metadata of `_common_metadata` (the Arrow schema of the files, as petastorm writes it).
 
     materialize_dataset counts the row groups again in a Spark job over every footer (4.6 s of a 7.5 s
     write of 2M rows, measured); the footers were just read here, so their counts are written directly.
+    Written with pyarrow.fs, not petastorm's helper: that one takes the legacy ParquetDataset, gone in
+    pyarrow 15. petastorm then reads the dataset back (its schema and row groups), on either stack.
     """
     import json
     import pickle
 
     import pyarrow.parquet as pq
-    from petastorm.etl.dataset_metadata import ROW_GROUPS_PER_FILE_KEY, UNISCHEMA_KEY, load_row_groups
-    from petastorm.fs_utils import FilesystemResolver
-    from petastorm.utils import add_to_dataset_metadata
+    from petastorm.etl.dataset_metadata import ROW_GROUPS_PER_FILE_KEY, UNISCHEMA_KEY, get_schema_from_dataset_url
 
-    resolver = FilesystemResolver(
-        url, spark.sparkContext._jsc.hadoopConfiguration(), user=spark.sparkContext.sparkUser()
-    )
-    fs, path = resolver.filesystem(), resolver.get_dataset_path()
-    dataset = pq.ParquetDataset(path, filesystem=fs, validate_schema=False)
-    add_to_dataset_metadata(dataset, UNISCHEMA_KEY, pickle.dumps(schema))
-    add_to_dataset_metadata(dataset, ROW_GROUPS_PER_FILE_KEY, json.dumps(row_groups))
-    load_row_groups(pq.ParquetDataset(path, filesystem=fs, validate_schema=False))  # fails if unreadable
+    fs, root = _filesystem(url)
+    with fs.open_input_file(f"{root}/{min(row_groups)}") as first:
+        arrow_schema = pq.read_schema(first)
+    metadata = {
+        **(arrow_schema.metadata or {}),
+        UNISCHEMA_KEY: pickle.dumps(schema),
+        ROW_GROUPS_PER_FILE_KEY: json.dumps(row_groups).encode(),
+    }
+    with fs.open_output_stream(f"{root}/_common_metadata") as out:
+        pq.write_metadata(arrow_schema.with_metadata(metadata), out)
+    get_schema_from_dataset_url(url)  # fails if petastorm cannot read what was written
 
 
 def _filesystem(url: str):
@@ -280,23 +283,20 @@ def _remove_unfinished(fs, root: str) -> None:
             fs.delete_file(info.path)
 
 
-def read_file_counts(spark, url: str) -> dict[str, tuple[int, int]]:
+def read_file_counts(url: str) -> dict[str, tuple[int, int]]:
     """(rows, row groups) of each Parquet file of a dataset, from the footers only."""
+    import pyarrow.fs
     import pyarrow.parquet as pq
-    from petastorm.fs_utils import FilesystemResolver
 
-    resolver = FilesystemResolver(
-        url, spark.sparkContext._jsc.hadoopConfiguration(), user=spark.sparkContext.sparkUser()
-    )
-    fs, root = resolver.filesystem(), resolver.get_dataset_path()
+    fs, root = _filesystem(url)
     paths = sorted(
-        p
-        for p in fs.ls(root)
-        if p.rsplit("/", 1)[-1].endswith(".parquet") and not p.rsplit("/", 1)[-1].startswith(("_", "."))
+        info.path
+        for info in fs.get_file_info(pyarrow.fs.FileSelector(root))
+        if info.base_name.endswith(".parquet") and not info.base_name.startswith(("_", "."))
     )
 
     def footer(path: str) -> tuple[str, tuple[int, int]]:
-        with fs.open(path) as handle:
+        with fs.open_input_file(path) as handle:
             meta = pq.read_metadata(handle)
         return path.rsplit("/", 1)[-1], (meta.num_rows, meta.num_row_groups)
 
