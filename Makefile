@@ -20,12 +20,14 @@ STAMP := $(VENV)/.setup-stamp
 setup: $(STAMP)
 
 # Re-runs only when the pins or the package metadata change; the Horovod wheel is cached.
-$(STAMP): $(CONSTRAINTS) setup.cfg pyproject.toml scripts/build_horovod.sh
+$(STAMP): $(CONSTRAINTS) setup.cfg pyproject.toml scripts/build_horovod.sh sparkml_par/petastorm_patch.py \
+		sparkml_par/petastorm_pyarrow_compat.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
 	$(PY) -m pip install --quiet -c $(CONSTRAINTS) torch
 	scripts/build_horovod.sh $(PY)
 	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e '.[test,mlflow]'
+	$(PY) -m sparkml_par.petastorm_patch
 	$(VENV)/bin/sparkml-par doctor
 	touch $(STAMP)
 

@@ -26,7 +26,7 @@ HOROVOD_FIX = (
 )
 PETASTORM_PATCH_FIX = (
     "petastorm as released imports pyarrow.filesystem, gone in pyarrow 15: patch the installed copy with "
-    "`python scripts/patch_petastorm.py` (make setup runs it)"
+    "`python -m sparkml_par.petastorm_patch` (make setup runs it)"
 )
 
 # The tested stacks, by the constraints file of a checkout that pins each.
