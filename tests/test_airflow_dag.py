@@ -1,9 +1,10 @@
-"""jobs/airflow_dag.py loads in a real Airflow 2.10 with its Spark provider, as the scheduler would.
+"""jobs/airflow_dag.py loads in a real Airflow 2.10 and 3.3 with their Spark providers, as the scheduler would.
 
-Airflow lives in its own virtual environment (scripts/airflow_venv.sh creates it once at
-tests/.venv-airflow and reuses it), with a fresh AIRFLOW_HOME and metadata database per test run. A
-probe script run by that venv loads the DAG folder with DagBag, renders each task's templates for one
-run date, builds the spark-submit command line the provider would run, and prints it all as JSON.
+Each Airflow lives in its own virtual environment (scripts/airflow_venv.sh creates it once at
+tests/.venv-airflow or tests/.venv-airflow3 and reuses it), with a fresh AIRFLOW_HOME and metadata
+database per test run. A probe script run by that venv loads the DAG folder with DagBag, renders each
+task's templates for one run date, builds the spark-submit command line the provider would run, and
+prints it all as JSON. Every test that needs Airflow runs once per major version.
 """
 
 from __future__ import annotations
@@ -17,24 +18,37 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-VENV = ROOT / "tests" / ".venv-airflow"
+VENVS = {2: ROOT / "tests" / ".venv-airflow", 3: ROOT / "tests" / ".venv-airflow3"}
 DAG_FILE = ROOT / "jobs" / "airflow_dag.py"
 RUN_DATE = "2024-06-01"
 
 pytestmark = pytest.mark.slow
 
+# Airflow 3 moved DagBag to airflow.dag_processing.dagbag, without include_examples (core.load_examples
+# decides), and VariableAccessor to the task SDK (airflow.utils.context's is deprecated); its DAG has no
+# schedule_interval but schedule, and its cron timetable no summary but expression.
 PROBE = r"""
 import json, sys
-from airflow.models import DagBag
-from airflow.utils.context import VariableAccessor
+import airflow
 
-bag = DagBag(dag_folder=sys.argv[1], include_examples=False)
+AIRFLOW_2 = airflow.__version__.startswith("2.")
+if AIRFLOW_2:
+    from airflow.models import DagBag
+    from airflow.utils.context import VariableAccessor
+
+    bag = DagBag(dag_folder=sys.argv[1], include_examples=False)
+else:
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.sdk.execution_time.context import VariableAccessor
+
+    bag = DagBag(dag_folder=sys.argv[1])
 result = {"import_errors": {path: str(error) for path, error in bag.import_errors.items()},
           "dag_ids": sorted(bag.dag_ids), "tasks": {}}
 dag = bag.dags.get("sparkml_par_pipeline")
 if dag is not None:
-    result.update(schedule=str(dag.schedule_interval), cron=dag.timetable.summary, catchup=dag.catchup,
-                  max_active_runs=dag.max_active_runs)
+    result.update(version=airflow.__version__, catchup=dag.catchup, max_active_runs=dag.max_active_runs,
+                  schedule=str(dag.schedule_interval if AIRFLOW_2 else dag.schedule),
+                  cron=dag.timetable.summary if AIRFLOW_2 else dag.timetable.expression)
     context = {"ds": sys.argv[2], "var": {"value": VariableAccessor(deserialize_json=False)}}
     for task in dag.topological_sort():
         for name in task.template_fields:
@@ -48,15 +62,24 @@ print("PROBE " + json.dumps(result))
 """
 
 
+@pytest.fixture(scope="module", params=sorted(VENVS), ids=lambda major: f"airflow{major}")
+def airflow_major(request) -> int:
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def airflow_python() -> Path:
+def airflow_python(airflow_major) -> Path:
     """The Airflow venv's interpreter; created by scripts/airflow_venv.sh (minutes the first time)."""
+    venv = VENVS[airflow_major]
     done = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "airflow_venv.sh"), str(VENV)], capture_output=True, text=True, timeout=1200
+        ["bash", str(ROOT / "scripts" / "airflow_venv.sh"), str(venv), str(airflow_major)],
+        capture_output=True,
+        text=True,
+        timeout=1200,
     )
     if done.returncode != 0:
         pytest.fail(f"scripts/airflow_venv.sh exited {done.returncode}:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
-    return VENV / "bin" / "python"
+    return venv / "bin" / "python"
 
 
 @pytest.fixture(scope="module")
@@ -118,10 +141,13 @@ def _overrides(root: str) -> list[str]:
     ]
 
 
-def test_dag_loads_with_stage_tasks_in_order_and_default_settings(airflow_python, airflow_home, tmp_path):
+def test_dag_loads_with_stage_tasks_in_order_and_default_settings(
+    airflow_major, airflow_python, airflow_home, tmp_path
+):
     result = _probe(airflow_python, airflow_home, tmp_path)
 
     assert result["import_errors"] == {}
+    assert result["version"].startswith(f"{airflow_major}.")
     assert result["dag_ids"] == ["sparkml_par_pipeline"]
     assert (result["schedule"], result["cron"]) == ("@daily", "0 0 * * *")
     assert result["catchup"] is False and result["max_active_runs"] == 1
