@@ -110,14 +110,14 @@ def version_problem(dist: str, version: str, pins: Optional[Pins]) -> Optional[s
 
 
 def _major_minor(version: str) -> tuple[int, int]:
-    parts = [int(p) for p in re.findall(r"\d+", version)[:2]]
-    return (parts + [0, 0])[0], (parts + [0, 0])[1]
+    major, minor = ([int(p) for p in re.findall(r"\d+", version)[:2]] + [0, 0])[:2]
+    return major, minor
 
 
 def _span(low: tuple[int, int], high: tuple[int, int]) -> str:
-    last = (high[0], high[1] - 1) if high[1] else (high[0] - 1, None)
-    last_text = f"{last[0]}.{last[1]}" if last[1] is not None else f"{last[0]}.x"
-    return f"{low[0]}.{low[1]} to {last_text}"
+    """The supported span in words: (4, 0) to (4, 4) is "4.0 to 4.3", (1, 26) to (3, 0) is "1.26 to 2.x"."""
+    last = f"{high[0]}.{high[1] - 1}" if high[1] else f"{high[0] - 1}.x"
+    return f"{low[0]}.{low[1]} to {last}"
 
 
 def _pip_fix(dist: str, pins: Optional[Pins]) -> str:
