@@ -12,7 +12,9 @@ Spark session, as a subprocess.
 
 All-reduce: in-place Horovod all-reduce of float32 tensors inside one launch, next to
 `torch.distributed` gloo `all_reduce` between two plain processes on loopback, and a single-process
-tensor copy for scale. Figures are algorithm bandwidth (bytes / time); every ratio compares figures
+tensor copy for scale. One more block runs with Horovod's timeline on (benchmarks.horovod_timeline), to say
+how much of rank 0's call is Gloo's own all-reduce and how much Horovod's queueing, negotiation and copies.
+Figures are algorithm bandwidth (bytes / time); every ratio compares figures
 measured in the same run, medians of several repetitions (the machine is shared, timings are noisy).
 
 Prints one table and writes benchmarks/results/launch.json.
@@ -28,6 +30,7 @@ import resource
 import socket
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -40,6 +43,7 @@ from benchmarks.baseline_venv import (
     baseline_step,
     ensure_baseline_venv,
 )
+from benchmarks.horovod_timeline import median_phases
 from benchmarks.memory import PeakMemory
 from benchmarks.table import print_table, result_row
 
@@ -216,6 +220,22 @@ def time_horovod_allreduce_block(spark, num_proc: int, sizes_mb: list[int], reps
     return launcher.run(time_horovod_allreduce, sizes_mb, reps)
 
 
+def time_horovod_allreduce_phases(spark, num_proc: int, sizes_mb: list[int], reps: int, env: dict[str, str]) -> dict:
+    """One more block of Horovod all-reduces with Horovod's timeline on: per size, rank 0's median call and the
+    median of each phase the timeline records for it (the first repetition, a warm-up, left out of both)."""
+    with tempfile.TemporaryDirectory(prefix="sparkml_par-timeline-") as tmp:
+        path = Path(tmp) / "timeline.json"
+        records = time_horovod_allreduce_block(spark, num_proc, sizes_mb, reps, env | {"HOROVOD_TIMELINE": str(path)})
+        rank0 = next(r for r in records if r["rank"] == 0)
+        return {
+            str(size_mb): {
+                "call_ms": statistics.median(rank0["seconds"][str(size_mb)]) * 1000,
+                "phases_ms": median_phases(path, f"allreduce.bench.allreduce.{size_mb}", skip=1),
+            }
+            for size_mb in sizes_mb
+        }
+
+
 def time_torch_gloo_allreduce_block(num_proc: int, sizes_mb: list[int], reps: int) -> list:
     import torch.multiprocessing as mp
 
@@ -355,6 +375,9 @@ def run(args: argparse.Namespace) -> list[dict]:
             record["horovod_allreduce"] = {
                 name: _allreduce_summary(blocks, sizes_mb, args.num_proc) for name, blocks in horovod_blocks.items()
             }
+            record["horovod_allreduce_phases"] = time_horovod_allreduce_phases(
+                spark, args.num_proc, sizes_mb, args.allreduce_reps, env
+            )
             record["copy"] = measure_copy(sizes_mb, args.allreduce_reps * args.rounds)
             record["bare_barrier_stage"] = measure_bare_barrier_stage(spark.sparkContext, args.num_proc, args.reps)
     finally:
@@ -420,6 +443,17 @@ def _rows(record: dict, sizes_mb: list[int]) -> list[dict]:
                     *target,
                 )
             )
+    for size_mb in sizes_mb:
+        phases = record["horovod_allreduce_phases"][str(size_mb)]
+        rows.append(
+            result_row(
+                f"launch: all-reduce {size_mb} MB f32, inside gloo::allreduce (Horovod timeline, rank 0, ms)",
+                phases["phases_ms"]["GLOO_ALLREDUCE"],
+                phases["call_ms"],
+                "the whole hvd.allreduce_ call",
+                "lower",
+            )
+        )
     for size_mb in sizes_mb:
         rows.append(
             result_row(

@@ -16,6 +16,10 @@ plain processes joined by torch.distributed gloo on loopback. Variants:
   go out as one grouped all-reduce, so one negotiation per step;
 - `hvd <NAME=value>`: the default optimizer with each --env Horovod setting.
 
+A last launch repeats `hvd groups=1` with Horovod's timeline on (benchmarks.horovod_timeline): its rows say how
+much of the step is the wait from the first rank's all-reduce request to the last rank's (negotiation) and
+how much is Gloo's all-reduce itself.
+
 Mean ms per step over the steps after the first 50, rank 0, next to DDP's (lower is better), with the
 medians of forward + backward and of the step; the rounds alternate the variants. Prints one table and
 writes benchmarks/results/train_steps.json.
@@ -29,10 +33,12 @@ import os
 import socket
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 from benchmarks import entry
+from benchmarks.horovod_timeline import median_phases, phase_durations
 from benchmarks.memory import PeakMemory
 from benchmarks.table import print_table, result_row
 
@@ -126,6 +132,25 @@ def ddp(batch: int, steps: int) -> dict:
     return results[0]
 
 
+def _grouped_step_phases(spark, batch: int, steps: int) -> dict[str, float]:
+    """The groups=1 step once more with Horovod's timeline on: the median of each phase of the step's one
+    grouped all-reduce (its first track; the group's tensors share the phases), the first SKIP steps left out.
+
+    One timeline per process: Horovod 0.28.1 does not open a second timeline file in a Python worker
+    that Spark reuses after an earlier one, so this runs last.
+    """
+    from sparkml_par import launch
+
+    with tempfile.TemporaryDirectory(prefix="sparkml_par-timeline-") as tmp:
+        path = Path(tmp) / "timeline.json"
+        launcher = launch.Launcher(
+            num_proc=2, spark=spark, env={"HOROVOD_TIMELINE": str(path)}, on_progress=lambda rank, record: None
+        )
+        launcher.run(horovod_rank, batch, steps, 1)
+        track = min(name for name in phase_durations(path) if name.startswith("grouped_allreduce."))
+        return median_phases(path, track, skip=SKIP)
+
+
 def run(args: argparse.Namespace) -> list[dict]:
     from sparkml_par import launch
     from sparkml_par.config import SparkConfig
@@ -157,6 +182,7 @@ def run(args: argparse.Namespace) -> list[dict]:
                     launcher = launch.Launcher(num_proc=2, spark=spark, env=env, on_progress=lambda rank, record: None)
                     records = launcher.run(horovod_rank, args.batch, args.steps, groups)
                     runs[name].append(records[0])
+            phases = _grouped_step_phases(spark, args.batch, args.steps)
     finally:
         if created:
             spark.stop()
@@ -175,6 +201,21 @@ def run(args: argparse.Namespace) -> list[dict]:
         | memory.columns()
         for name, values in medians.items()
     ]
+    step_ms = medians["hvd groups=1"]["mean_ms"]
+    rows += [
+        result_row(
+            f"train_steps: MLP step, hvd groups=1, {what} (Horovod timeline, rank 0, ms)",
+            phases[phase],
+            step_ms,
+            "the whole step, hvd groups=1",
+            "lower",
+        )
+        | memory.columns()
+        for phase, what in (
+            ("NEGOTIATE_ALLREDUCE", "first rank's request to the last rank's"),
+            ("GLOO_ALLREDUCE", "inside gloo::allreduce"),
+        )
+    ]
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(
         json.dumps(
@@ -183,6 +224,7 @@ def run(args: argparse.Namespace) -> list[dict]:
                 "runs": runs,
                 "medians": medians,
                 "ddp": baseline,
+                "hvd_groups_1_phases_ms": phases,
                 "rows": rows,
             },
             indent=1,
