@@ -21,6 +21,11 @@ def phase_durations(path: Path) -> dict[str, dict[str, list[float]]]:
     Horovod leaves the trace's JSON array open while it runs and closes it at shutdown; both read. A
     phase whose end comes without its begin (a barrier's negotiation ends twice) is left out.
     """
+    if not path.exists():
+        raise FileNotFoundError(
+            f"Horovod wrote no timeline to {path}: rank 0 opens HOROVOD_TIMELINE at hvd.init(), and Horovod "
+            "0.28.1 opens none in a Python worker that had a timeline before; record one timeline per process"
+        )
     text = path.read_text().rstrip().rstrip(",")
     events = json.loads(text if text.endswith("]") else text + "]")
     tracks: dict[int, str] = {}
@@ -38,9 +43,10 @@ def phase_durations(path: Path) -> dict[str, dict[str, list[float]]]:
     return {track: dict(phases) for track, phases in durations.items()}
 
 
-def median_phases(path: Path, track: str, skip: int = 0) -> dict[str, float]:
-    """Median milliseconds of each phase on one track, leaving out its first `skip` occurrences (warm-up)."""
-    phases = phase_durations(path).get(track)
+def median_phases(durations: dict[str, dict[str, list[float]]], track: str, skip: int = 0) -> dict[str, float]:
+    """Median milliseconds of each phase on one track of `phase_durations`' result, leaving out its first
+    `skip` occurrences (warm-up)."""
+    phases = durations.get(track)
     if not phases:
-        raise ValueError(f"the Horovod timeline {path} has no track {track!r}")
+        raise ValueError(f"the Horovod timeline has no track {track!r}; its tracks: {sorted(durations)}")
     return {name: statistics.median(times[skip:] or times) for name, times in phases.items()}

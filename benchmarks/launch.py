@@ -43,7 +43,7 @@ from benchmarks.baseline_venv import (
     baseline_step,
     ensure_baseline_venv,
 )
-from benchmarks.horovod_timeline import median_phases
+from benchmarks.horovod_timeline import median_phases, phase_durations
 from benchmarks.memory import PeakMemory
 from benchmarks.table import print_table, result_row
 
@@ -226,11 +226,12 @@ def time_horovod_allreduce_phases(spark, num_proc: int, sizes_mb: list[int], rep
     with tempfile.TemporaryDirectory(prefix="sparkml_par-timeline-") as tmp:
         path = Path(tmp) / "timeline.json"
         records = time_horovod_allreduce_block(spark, num_proc, sizes_mb, reps, env | {"HOROVOD_TIMELINE": str(path)})
+        durations = phase_durations(path)
         rank0 = next(r for r in records if r["rank"] == 0)
         return {
             str(size_mb): {
                 "call_ms": statistics.median(rank0["seconds"][str(size_mb)]) * 1000,
-                "phases_ms": median_phases(path, f"allreduce.bench.allreduce.{size_mb}", skip=1),
+                "phases_ms": median_phases(durations, f"allreduce.bench.allreduce.{size_mb}", skip=1),
             }
             for size_mb in sizes_mb
         }

@@ -147,8 +147,9 @@ def _grouped_step_phases(spark, batch: int, steps: int) -> dict[str, float]:
             num_proc=2, spark=spark, env={"HOROVOD_TIMELINE": str(path)}, on_progress=lambda rank, record: None
         )
         launcher.run(horovod_rank, batch, steps, 1)
-        track = min(name for name in phase_durations(path) if name.startswith("grouped_allreduce."))
-        return median_phases(path, track, skip=SKIP)
+        durations = phase_durations(path)
+        track = min(name for name in durations if name.startswith("grouped_allreduce."))
+        return median_phases(durations, track, skip=SKIP)
 
 
 def run(args: argparse.Namespace) -> list[dict]:
