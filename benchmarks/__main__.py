@@ -48,6 +48,7 @@ PARTS: dict[str, list[str]] = {
     "score": ["--rows", "200000"],
     "storage": ["--reps", "3"],
     "prepare_scale": [],
+    "prepare_images": [],
     "end_to_end": [],
 }
 TAIL_LINES = 30

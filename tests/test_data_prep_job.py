@@ -358,3 +358,25 @@ def test_profile_names_any_column(spark):
     assert columns["v.1"]["min"] == 1.0 and columns["v.1"]["max"] == 6.0 and columns["v.1"]["elements"] == 6
     assert columns["v.1"]["mean"] == pytest.approx(3.5) and columns["v.1"]["nulls"] == 0
     assert columns["class label"]["max"] == 1 and columns["class label"]["mean"] == pytest.approx(2 / 3)
+    # An integer label's bounds stay integers, though the profile aggregates every number as a double.
+    assert type(columns["class label"]["min"]) is int and type(columns["x|y"]["min"]) is float
+
+
+def test_profile_of_no_rows(spark):
+    """A frame without rows profiles as zero rows, zero nulls and no bounds, not as a missing column."""
+    from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
+
+    from data_prep.profile import profile
+    from sparkml_par.config import ColumnSpec
+
+    schema = StructType([StructField("x", DoubleType()), StructField("s", StringType()), StructField("y", LongType())])
+    stats = profile(spark.createDataFrame([], schema), "y", [ColumnSpec("x", "float"), ColumnSpec("s", "string")], None)
+
+    assert stats == {
+        "rows": 0,
+        "columns": {
+            "y": {"nulls": 0, "min": None, "max": None, "mean": None, "stddev": None, "distinct": 0},
+            "x": {"nulls": 0, "min": None, "max": None, "mean": None, "stddev": None, "distinct": 0},
+            "s": {"nulls": 0, "distinct": 0},
+        },
+    }
