@@ -12,7 +12,9 @@ depend on the weights' values.
   with score.batch_size rows per call, one torch thread per Python worker), into the `noop` sink
   (every row computed, nothing written) and into Parquet (what `sparkml-par score` writes).
 - predict_batch_udf: pyspark's own batch-inference UDF over the same artifact's predictor, on the same
-  Parquet rows and batch size, into the `noop` sink; the Spark UDF's target is >= 2x its rows/s.
+  Parquet rows and batch size, into the `noop` sink; the Spark UDF's target is >= 2x its rows/s. It runs
+  in the session's Python workers, which the project's UDF has already kept from re-reading Spark's
+  archives at each task (sparkml_par.python_worker): its figure includes that fix.
 - In process: the same artifact's predictor over the same rows held in memory as one float32
   matrix, batch by batch, with torch's default thread count (all cores) and with one thread; the
   faster of the two is the baseline of the ratios.

@@ -287,6 +287,9 @@ def _decode_images_udf(height: int, width: int, channels: int):
         import pandas as pd
         from PIL import Image
 
+        from sparkml_par.python_worker import keep_spark_archive_caches
+
+        keep_spark_archive_caches()
         features, errors = [], []
         for data in content:
             try:
