@@ -10,7 +10,9 @@ Spark ML pipeline, the three petastorm writes) in one session, so the session's 
 figure; the first point runs once more beforehand to warm the JVM. Rows: --rows x 1, 4, 16 at 32
 columns; columns: 32, 128, 512 at --column-rows rows. Each row of the table is a point's seconds next to
 the first point of its curve, with linear growth as the target (4x the rows or columns in at most 4x
-the time). Writes benchmarks/results/prepare_scale.json.
+the time). Last, the 1x input is prepared once more, unchanged: prepare compares the input's fingerprint
+(paths, sizes, times) with the dataset's manifest and stops (target: under 2 s). Writes
+benchmarks/results/prepare_scale.json.
 """
 
 from __future__ import annotations
@@ -30,10 +32,13 @@ from benchmarks.table import print_table, result_row
 RESULTS_PATH = Path(__file__).resolve().parent / "results" / "prepare_scale.json"
 FACTORS = (1, 4, 16)
 COLUMNS = (32, 128, 512)
+# An unchanged prepare (same input files and config) finds its dataset and stops in less than this.
+SKIP_SECONDS = 2.0
 
 
-def time_prepare(spark, rows: int, columns: int, workdir: Path, run: str = "timed") -> float:
-    """Seconds of one prepare of a rows x columns input into a dataset of its own (run names it)."""
+def time_prepare(spark, rows: int, columns: int, workdir: Path, run: str = "timed", unchanged: bool = False) -> float:
+    """Seconds of one prepare of a rows x columns input into a dataset of its own (run names it); with
+    unchanged, of a prepare that finds that dataset already built from the same input and config."""
     from data_prep.job import prepare
     from sparkml_par.config import load_config
 
@@ -48,8 +53,11 @@ def time_prepare(spark, rows: int, columns: int, workdir: Path, run: str = "time
     started = time.perf_counter()
     result = prepare(spark, cfg.data)
     seconds = time.perf_counter() - started
-    if result.skipped or result.manifest["rows_in"] != rows:
-        raise RuntimeError(f"prepare of {name} was skipped or read {result.manifest['rows_in']} rows, not {rows}")
+    if result.skipped != unchanged or result.manifest["rows_in"] != rows:
+        raise RuntimeError(
+            f"prepare of {name} was {'not ' if unchanged else ''}skipped, or read {result.manifest['rows_in']} "
+            f"rows, not {rows}"
+        )
     return seconds
 
 
@@ -67,6 +75,8 @@ def run(args: argparse.Namespace) -> list[dict]:
                 if (rows, columns) not in points:
                     points[rows, columns] = time_prepare(spark, rows, columns, Path(tmp))
                     print(f"  prepare {rows:,} rows x {columns} columns: {points[rows, columns]:.1f} s", flush=True)
+            skip = time_prepare(spark, *rows_curve[0], Path(tmp), unchanged=True)
+            print(f"  prepare of the unchanged 1x input: {skip:.2f} s", flush=True)
     rows = []
     for curve, what in ((rows_curve, "rows"), (columns_curve, "columns")):
         first = points[curve[0]]
@@ -77,9 +87,23 @@ def run(args: argparse.Namespace) -> list[dict]:
                 result_row(part, points[n, c], first, base, "lower", f"<= {factor}x (linear)", factor)
                 | memory.columns()
             )
+    first = points[rows_curve[0]]
+    unchanged = result_row(
+        f"prepare scale: the 1x input again, unchanged, found built ({rows_curve[0][0]:,} rows x 32 columns, s)",
+        skip,
+        first,
+        "its first prepare",
+        "lower",
+        f"< {SKIP_SECONDS:g} s",
+    )
+    rows.append(unchanged | {"met": skip < SKIP_SECONDS} | memory.columns())
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(
-        json.dumps({"seconds": {f"{n}x{c}": t for (n, c), t in points.items()}, "rows": rows}, indent=2) + "\n"
+        json.dumps(
+            {"seconds": {f"{n}x{c}": t for (n, c), t in points.items()}, "unchanged_seconds": skip, "rows": rows},
+            indent=2,
+        )
+        + "\n"
     )
     print_table(rows)
     print(f"\nwritten: {args.json}")

@@ -354,6 +354,9 @@ def _synthetic(spark, cfg: DataConfig, fingerprint: str) -> Ingested:
     def generate(batches):
         import pyarrow as pa
 
+        from sparkml_par.python_worker import keep_spark_archive_caches
+
+        keep_spark_archive_caches()
         for batch in batches:
             for block in batch.column(0).to_numpy():
                 start = int(block) * block_rows

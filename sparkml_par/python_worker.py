@@ -1,4 +1,5 @@
-"""What the project's functions do first in a Spark Python worker.
+"""What the project's functions do first in a Spark Python worker (scoring, the dataset writer, the image
+decoder, the synthetic source).
 
 pyspark before 4.2 calls `importlib.invalidate_caches()` at the start of every Python task (SPARK-54744
 made it conditional). Since Python 3.10 that makes every zip importer re-read its archive's whole
