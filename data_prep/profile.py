@@ -58,14 +58,7 @@ def _scalar_statistics(df, numeric: list[str], strings: list[str]) -> tuple[int,
     from pyspark.sql.types import IntegralType
 
     scalar = numeric + strings
-    text = "CAST(NULL AS STRING)"
-    parts = [
-        f"named_struct('d', CAST({_quoted(name)} AS DOUBLE), 's', {text}) AS `{i}`" for i, name in enumerate(numeric)
-    ]
-    parts += [
-        f"named_struct('d', CAST(NULL AS DOUBLE), 's', CAST({_quoted(name)} AS STRING)) AS `{i}`"
-        for i, name in enumerate(strings, start=len(numeric))
-    ]
+    parts = [f"{_scalar_value(name, text=name in strings)} AS `{i}`" for i, name in enumerate(scalar)]
     long = df.selectExpr(*parts).unpivot([], [str(i) for i in range(len(scalar))], "column", "value")
     aggregates = [
         "count(1) AS rows",
@@ -78,24 +71,33 @@ def _scalar_statistics(df, numeric: list[str], strings: list[str]) -> tuple[int,
         f"approx_count_distinct(value.s, {DISTINCT_RSD}) AS texts",
     ]
     found = {int(r["column"]): r for r in long.groupBy("column").agg(*[F.expr(a) for a in aggregates]).collect()}
+    # A frame without rows aggregates to no row at all: what a global aggregate of no rows gives.
+    empty = {"rows": 0, "nulls": 0, "min": None, "max": None, "mean": None, "stddev": None, "numbers": 0, "texts": 0}
     integral = {f.name for f in df.schema.fields if isinstance(f.dataType, IntegralType)}
     columns: dict[str, dict[str, Any]] = {}
     for i, name in enumerate(scalar):
-        r = found.get(i)  # none when df has no rows
+        r = found.get(i, empty)
         if name in strings:
-            columns[name] = {"nulls": r["nulls"] if r else 0, "distinct": r["texts"] if r else 0}
+            columns[name] = {"nulls": r["nulls"], "distinct": r["texts"]}
             continue
         as_type = int if name in integral else float
-        low, high = (r["min"], r["max"]) if r else (None, None)
         columns[name] = {
-            "nulls": r["nulls"] if r else 0,
-            "min": None if low is None else as_type(low),
-            "max": None if high is None else as_type(high),
-            "mean": r["mean"] if r else None,
-            "stddev": r["stddev"] if r else None,
-            "distinct": r["numbers"] if r else 0,
+            "nulls": r["nulls"],
+            "min": None if r["min"] is None else as_type(r["min"]),
+            "max": None if r["max"] is None else as_type(r["max"]),
+            "mean": r["mean"],
+            "stddev": r["stddev"],
+            "distinct": r["numbers"],
         }
-    return (next(iter(found.values()))["rows"] if found else 0), columns
+    return found.get(0, empty)["rows"], columns  # position 0, the label, is always there
+
+
+def _scalar_value(name: str, *, text: bool) -> str:
+    """A column as the unpivoted struct: its number in `d` or its text in `s`, the other field null."""
+    column = _quoted(name)
+    if text:
+        return f"named_struct('d', CAST(NULL AS DOUBLE), 's', CAST({column} AS STRING))"
+    return f"named_struct('d', CAST({column} AS DOUBLE), 's', CAST(NULL AS STRING))"
 
 
 def _vector_statistics(df, vectors: list[str]) -> dict[str, dict[str, Any]]:
