@@ -287,9 +287,9 @@ def _decode_images_udf(height: int, width: int, channels: int):
         import pandas as pd
         from PIL import Image
 
-        from sparkml_par.python_worker import keep_spark_archive_caches
+        from sparkml_par.python_worker import prepare_worker
 
-        keep_spark_archive_caches()
+        prepare_worker()
         features, errors = [], []
         for data in content:
             try:
@@ -354,9 +354,9 @@ def _synthetic(spark, cfg: DataConfig, fingerprint: str) -> Ingested:
     def generate(batches):
         import pyarrow as pa
 
-        from sparkml_par.python_worker import keep_spark_archive_caches
+        from sparkml_par.python_worker import prepare_worker
 
-        keep_spark_archive_caches()
+        prepare_worker()
         for batch in batches:
             for block in batch.column(0).to_numpy():
                 start = int(block) * block_rows

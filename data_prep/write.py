@@ -241,9 +241,9 @@ def _partition_writer(url: str, sizes: dict[int, list[int]]):
         import pyarrow.parquet as pq
         from pyspark import TaskContext
 
-        from sparkml_par.python_worker import keep_spark_archive_caches
+        from sparkml_par.python_worker import prepare_worker
 
-        keep_spark_archive_caches()
+        prepare_worker()
         task = TaskContext.get()
         partition = task.partitionId()
         planned = sizes.get(partition, [])

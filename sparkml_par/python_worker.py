@@ -1,18 +1,27 @@
-"""What the project's functions do first in a Spark Python worker (scoring, the dataset writer, the image
-decoder, the synthetic source).
+"""What the project's functions do in a Spark Python worker once their imports are done (scoring, the
+dataset writer, the image decoder, the synthetic source): `prepare_worker`, two fixes of what a reused
+worker pays at every task.
 
-pyspark before 4.2 calls `importlib.invalidate_caches()` at the start of every Python task (SPARK-54744
-made it conditional). Since Python 3.10 that makes every zip importer re-read its archive's whole
-directory, and a worker holds one importer per package it imported from Spark's own archives (pyspark.zip
-and its subpackages, py4j's zip, the spark-core jar Spark puts on the path): 0.14-0.15 s of each task
-here (a local[2] worker, mean of 10 calls), 0.00002 s once the importers keep their directories. Those
-archives are Spark's installation: they do not change under a running worker. Scoring 200,000 rows in
-Spark: 133,468 -> 175,092 rows/s (`python -m benchmarks.score --rows 200000 --repeats 3`, a run before and
-one after). pyspark >= 4.2 invalidates only when a task changed the path; there the call spares little.
+Spark's archives. pyspark before 4.2 calls `importlib.invalidate_caches()` at the start of every Python
+task (SPARK-54744 made it conditional). Since Python 3.10 that makes every zip importer re-read its
+archive's whole directory, and a worker holds one importer per package it imported from Spark's own
+archives (pyspark.zip and its subpackages, py4j's zip, the spark-core jar Spark puts on the path):
+0.14-0.15 s of each task here (a local[2] worker, mean of 10 calls), 0.00002 s once the importers keep
+their directories. Those archives are Spark's installation: they do not change under a running worker.
+Scoring 200,000 rows in Spark: 133,468 -> 175,092 rows/s (`python -m benchmarks.score --rows 200000
+--repeats 3`, a run before and one after). pyspark >= 4.2 invalidates only when a task changed the path.
+
+The garbage collector. pyspark's daemon runs `gc.collect()` after every task of a reused worker (4.0 and
+4.3 alike), a full pass over every object the worker holds: with torch imported that is ~217,000 objects
+and 0.13-0.15 s a task (py-spy of the workers while scoring: a quarter of their samples), 3 us once the
+imported modules' objects are frozen (`gc.freeze`, moved to the collector's permanent generation). Freezing
+is for objects that live as long as the process; a frozen object that later becomes cyclic garbage is never
+reclaimed, so the worker freezes only when it imported modules since it last froze.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import sys
@@ -21,6 +30,14 @@ import zipimport
 # The archives Spark puts on its workers' path (PythonUtils.sparkPythonPath): pyspark, py4j, spark-core.
 SPARK_ARCHIVES = re.compile(r"pyspark\.zip|py4j-[^/]*-src\.zip|spark-core_[^/]*\.jar")
 
+_modules_when_frozen = 0
+
+
+def prepare_worker() -> None:
+    """Both fixes; call it after the worker function's imports, so that what they loaded is frozen."""
+    keep_spark_archive_caches()
+    freeze_imported_objects()
+
 
 def keep_spark_archive_caches() -> None:
     """Makes this worker's importers of Spark's own archives keep their directory on cache invalidation.
@@ -28,6 +45,15 @@ def keep_spark_archive_caches() -> None:
     for importer in list(sys.path_importer_cache.values()):
         if isinstance(importer, zipimport.zipimporter) and SPARK_ARCHIVES.fullmatch(os.path.basename(importer.archive)):
             importer.invalidate_caches = _keep
+
+
+def freeze_imported_objects() -> None:
+    """Moves every object the garbage collector tracks now out of its later passes, when modules were
+    imported since the last time: a task that imports nothing new freezes nothing of its own."""
+    global _modules_when_frozen
+    if len(sys.modules) > _modules_when_frozen:
+        gc.freeze()
+        _modules_when_frozen = len(sys.modules)
 
 
 def _keep() -> None:

@@ -35,3 +35,36 @@ def test_workers_keep_spark_archive_directories(spark):
     for archives, reread, _ in results:
         assert "pyspark.zip" in archives and any(a.startswith("spark-core_") for a in archives)
         assert reread == []
+
+
+def _worker_collector_state(_):
+    """In a Spark Python worker: the objects the collector tracks before and after the project's call with
+    torch imported, and what a second call, with nothing newly imported, does with a garbage cycle."""
+    import gc
+
+    import torch  # noqa: F401  (what the scoring UDF imports: ~200,000 objects)
+
+    from sparkml_par.python_worker import prepare_worker
+
+    tracked_before = len(gc.get_objects())
+    prepare_worker()
+    tracked_after, frozen = len(gc.get_objects()), gc.get_freeze_count()
+    cycle = []
+    cycle.append(cycle)
+    del cycle
+    prepare_worker()
+    yield tracked_before, tracked_after, frozen, gc.get_freeze_count(), gc.collect()
+
+
+def test_workers_freeze_what_their_imports_loaded(spark):
+    """pyspark's daemon collects garbage after every task of a reused worker: with the imported modules'
+    objects frozen, that pass no longer walks torch's objects, and later garbage is still collected."""
+    results = spark.sparkContext.parallelize(range(2), 2).mapPartitions(_worker_collector_state).collect()
+
+    assert len(results) == 2
+    for tracked_before, tracked_after, frozen, frozen_later, collected in results:
+        assert tracked_before > 100_000
+        assert tracked_after < tracked_before // 20
+        assert frozen >= tracked_before - tracked_after
+        assert frozen_later == frozen  # nothing imported since: the cycle was not frozen ...
+        assert collected >= 1  # ... and the collector reclaimed it

@@ -38,12 +38,12 @@ def predict_batches(artifact_dir: str, description: dict[str, Any], features: st
         import torch
 
         from sparkml_par.infer.predictor import cached_predictor, task_device
-        from sparkml_par.python_worker import keep_spark_archive_caches
+        from sparkml_par.python_worker import prepare_worker
 
-        keep_spark_archive_caches()
         # Spark runs one Python worker per task slot: more torch threads would only compete for its cores.
         torch.set_num_threads(1)
         predictor = cached_predictor(artifact_dir, task_device())
+        prepare_worker()  # after the model's first load, whose imports are then frozen too
         for batch in batches:
             if batch.num_rows == 0:
                 continue
