@@ -32,12 +32,14 @@ class HadoopFs:
 
     def __init__(self, spark, url: str):
         self._jvm = spark.sparkContext._jvm
+        # Py4J resolves a dotted class name one package per round trip: look Path up once, not per call.
+        self._path_class = self._jvm.org.apache.hadoop.fs.Path
         self._conf = spark.sparkContext._jsc.hadoopConfiguration()
         self.url = url
         self._fs = self.path(url).getFileSystem(self._conf)
 
     def path(self, url: str):
-        return self._jvm.org.apache.hadoop.fs.Path(url)
+        return self._path_class(url)
 
     def exists(self, url: str) -> bool:
         return bool(self._fs.exists(self.path(url)))
