@@ -17,7 +17,9 @@ STAMP := $(VENV)/.setup-stamp
 
 .PHONY: setup quickstart test lint doctor bench clean
 
+# The driver JVM's class-data archive (sparkml_par/class_archive.py): written once per JVM and Spark install.
 setup: $(STAMP)
+	$(PY) -m sparkml_par.class_archive
 
 # Re-runs only when the pins or the package metadata change; the Horovod wheel is cached.
 $(STAMP): $(CONSTRAINTS) setup.cfg pyproject.toml scripts/build_horovod.sh sparkml_par/petastorm_patch.py \

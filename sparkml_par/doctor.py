@@ -289,6 +289,24 @@ def check_mlflow(pins: Optional[Pins], environ: Mapping[str, str] = os.environ) 
     return CheckResult("MLflow", True, detail)
 
 
+def check_class_archive() -> CheckResult:
+    """The driver JVM's class-data archive is optional: without it a fresh session starts ~3 s later."""
+    from sparkml_par import class_archive
+
+    try:
+        archive = class_archive.usable_archive()
+    except (ImportError, OSError, SystemExit) as exc:  # pyspark's find_spark_home exits when it finds none
+        return CheckResult("class-archive", True, f"not checked: Spark's installation is not found ({exc!r})")
+    if archive is None:
+        return CheckResult(
+            "class-archive",
+            True,
+            "none for this JDK and Spark (optional: `python -m sparkml_par.class_archive`, which make setup "
+            "runs, writes it once; fresh sessions then start ~3 s sooner)",
+        )
+    return CheckResult("class-archive", True, f"the driver JVM maps Spark's classes from {archive}")
+
+
 def run_checks(pins: Optional[Pins]) -> list[CheckResult]:
     return [
         check_python(),
@@ -300,6 +318,7 @@ def run_checks(pins: Optional[Pins]) -> list[CheckResult]:
         check_package("pyarrow", "pyarrow", pins),
         check_package("numpy", "numpy", pins),
         check_mlflow(pins),
+        check_class_archive(),
     ]
 
 

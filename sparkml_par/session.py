@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, MutableMapping, Optional
 
+from sparkml_par.class_archive import use_class_archive
 from sparkml_par.config import SparkConfig
 from sparkml_par.errors import ConfigError
 
@@ -102,6 +103,9 @@ def get_or_create_session(cfg: SparkConfig, log_file: Optional[Path] = None):
         os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     use_driver_log_config(os.environ)
+    archive = use_class_archive(os.environ)
+    if archive is not None:
+        log.debug("the driver JVM maps Spark's classes from %s", archive)
     builder = SparkSession.builder
     for key, value in session_settings(cfg).items():
         builder = builder.config(key, value)

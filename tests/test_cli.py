@@ -6,6 +6,7 @@ import io
 import json
 import logging
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -14,14 +15,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparkml_par import __version__, cli, doctor
+from sparkml_par import __version__, class_archive, cli, doctor
 from sparkml_par.config import describe, load_config
 from sparkml_par.errors import SparkmlParError
 from sparkml_par.logs import setup_logging
 
 REPO = Path(__file__).resolve().parent.parent
 QUICKSTART = str(REPO / "conf" / "quickstart.yaml")
-COMPONENTS = ["Python", "Java", "Spark", "torch", "Horovod", "petastorm", "pyarrow", "numpy", "MLflow"]
+COMPONENTS = ["Python", "Java", "Spark", "torch", "Horovod", "petastorm", "pyarrow", "numpy", "MLflow", "class-archive"]
 
 received = []
 
@@ -219,6 +220,9 @@ def test_doctor_lists_every_component(capsys):
     )
     horovod_line = component_lines[COMPONENTS.index("Horovod")]
     assert "0.28.1, PyTorch yes, Gloo yes" in horovod_line
+    # make setup wrote the driver JVM's class-data archive for this environment's JDK and Spark.
+    archive_line = component_lines[COMPONENTS.index("class-archive")]
+    assert archive_line.endswith(f"the driver JVM maps Spark's classes from {class_archive.usable_archive()}")
 
 
 def test_doctor_reads_the_pins_of_the_checkout():
@@ -376,7 +380,7 @@ def test_report_exit_code_follows_the_checks(monkeypatch):
     assert doctor.report(out) == 1
     lines = out.getvalue().splitlines()
     at = [line.split()[1] for line in lines].index("pyarrow")
-    assert lines[at].startswith("FAIL  pyarrow    pyarrow does not import: ModuleNotFoundError")
+    assert re.match(r"FAIL  pyarrow +pyarrow does not import: ModuleNotFoundError", lines[at])
     pins = doctor.read_pins(doctor.find_constraints())
     fix = f"install the pinned version: `pip install -c {pins.file} pyarrow=={pins['pyarrow']}`"
     assert lines[at + 1] == f"      fix: {fix}"

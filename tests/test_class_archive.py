@@ -1,0 +1,87 @@
+"""The driver JVM a project session starts maps Spark's classes from the class-data archive written for it."""
+
+import json
+import os
+import subprocess
+import sys
+
+from sparkml_par import class_archive
+
+# A fresh process: the project's session, then what its driver JVM was started with.
+_SESSION_REPORT = """
+import json
+from sparkml_par.config import SparkConfig
+from sparkml_par.session import get_or_create_session
+
+spark, _ = get_or_create_session(SparkConfig())
+jvm = spark.sparkContext._jvm
+arguments = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+print(json.dumps({"arguments": arguments, "classpath": jvm.java.lang.System.getProperty("java.class.path")}))
+spark.stop()
+"""
+
+
+def _without_class_data_options(env):
+    env = dict(env)
+    env.pop("SPARK_SUBMIT_OPTS", None)  # the suite's own session put this installation's archive there
+    return env
+
+
+def test_a_written_archive_is_mapped_by_the_next_fresh_session(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    archive = class_archive.write_archive()
+
+    assert archive.parent == tmp_path / "sparkml_par" / "class-archives"
+    assert json.loads(archive.with_suffix(".json").read_text())["size"] == archive.stat().st_size
+    assert sorted(archive.parent.iterdir()) == [archive, archive.with_suffix(".json")]  # no work left behind
+    assert class_archive.write_archive() == archive  # found whole: not written again
+    report = subprocess.run(
+        [sys.executable, "-c", _SESSION_REPORT],
+        env=_without_class_data_options(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert report.returncode == 0, report.stderr[-3000:]
+    started = json.loads(report.stdout.strip().splitlines()[-1])
+    assert f"-XX:SharedArchiveFile={archive}" in started["arguments"]
+    # HotSpot told to share or fail starts only when it can map the archive for that class path.
+    mapped = subprocess.run(
+        [str(class_archive.java_executable()), "-Xshare:on", f"-XX:SharedArchiveFile={archive}"]
+        + ["-cp", started["classpath"], "-version"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert mapped.returncode == 0, mapped.stderr
+
+
+def test_an_archive_without_its_recorded_size_is_never_used(tmp_path, monkeypatch):
+    """HotSpot crashes on a truncated archive (SIGBUS): one cut short, or never recorded, is left alone."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    archive = class_archive.archive_path()
+    archive.parent.mkdir(parents=True)
+    archive.write_bytes(b"\0" * 1000)
+
+    env = {"SPARK_SUBMIT_OPTS": "-Dlog4j2.configurationFile=x"}
+    assert class_archive.use_class_archive(env) is None  # no recorded size
+    archive.with_suffix(".json").write_text(json.dumps({"size": 4096}))
+    assert class_archive.use_class_archive(env) is None  # shorter than recorded
+    assert env == {"SPARK_SUBMIT_OPTS": "-Dlog4j2.configurationFile=x"}
+
+    archive.with_suffix(".json").write_text(json.dumps({"size": 1000}))
+    assert class_archive.use_class_archive(env) == archive
+    assert env == {"SPARK_SUBMIT_OPTS": f"-Dlog4j2.configurationFile=x -XX:SharedArchiveFile={archive}"}
+
+
+def test_a_users_own_class_data_setting_wins(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    archive = class_archive.archive_path()
+    archive.parent.mkdir(parents=True)
+    archive.write_bytes(b"\0" * 10)
+    archive.with_suffix(".json").write_text(json.dumps({"size": 10}))
+
+    for options in ("-Xshare:off", "-XX:SharedArchiveFile=/opt/mine.jsa", "-XX:ArchiveClassesAtExit=/tmp/new.jsa"):
+        env = {"SPARK_SUBMIT_OPTS": options}
+        assert class_archive.use_class_archive(env) is None
+        assert env == {"SPARK_SUBMIT_OPTS": options}
