@@ -9,10 +9,11 @@ same JIT.
 
 `python -m sparkml_par.class_archive` (run by `make setup`) writes the archive once for this JVM and this
 Spark installation: it runs a small prepare in a session of its own and keeps what its JVM loaded. The
-archive's name holds a digest of the JVM's files and of Spark's jars, so another JDK or another Spark
-finds no archive and starts as it always did. A session started by the project uses the archive when
-one exists with the size recorded when it was written (HotSpot crashes on a truncated one), unless the
-user's SPARK_SUBMIT_OPTS already choose a class-data setting.
+archive's name holds a digest of the JVM's files and of Spark's jars and their directory (HotSpot maps an
+archive only for the class path it was written with), so another JDK, another Spark or another virtual
+environment finds no archive and starts as it always did. A session started by the project uses the
+archive when one exists with the size recorded when it was written (HotSpot crashes on a truncated one),
+unless the user's SPARK_SUBMIT_OPTS already choose a class-data setting.
 """
 
 from __future__ import annotations
@@ -62,7 +63,10 @@ def archive_path() -> Optional[Path]:
     for part in (java, java_home / "lib" / "modules", java_home / "lib" / "server" / "libjvm.so"):
         stat = part.stat() if part.exists() else None
         digest.update(f"{part}:{stat.st_size if stat else 0}:{stat.st_mtime_ns if stat else 0}\n".encode())
-    for jar in sorted(spark_jars().glob("*.jar")):
+    # HotSpot maps an archive only for the class path it was written with: the jars' directory is part of it.
+    jars = spark_jars().resolve()
+    digest.update(f"{jars}\n".encode())
+    for jar in sorted(jars.glob("*.jar")):
         digest.update(f"{jar.name}:{jar.stat().st_size}\n".encode())
     return cache_dir() / f"spark-driver-{digest.hexdigest()[:16]}.jsa"
 
