@@ -129,7 +129,9 @@ def write_archive() -> Path:
     with tempfile.TemporaryDirectory(prefix="class-archive-", dir=path.parent) as work:
         written = Path(work, "archive.jsa")
         env = dict(os.environ)
-        env["SPARK_SUBMIT_OPTS"] = f"{env.get('SPARK_SUBMIT_OPTS', '')} -XX:ArchiveClassesAtExit={written}".strip()
+        # Its own setting only: HotSpot refuses to dump beside another archive or with sharing off.
+        options = [o for o in env.get("SPARK_SUBMIT_OPTS", "").split() if not o.startswith(_CLASS_DATA_OPTIONS)]
+        env["SPARK_SUBMIT_OPTS"] = " ".join([*options, f"-XX:ArchiveClassesAtExit={written}"])
         log = Path(work, "dump.log")
         with log.open("w") as out:
             result = subprocess.run(

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 from sparkml_par import class_archive
+from sparkml_par.session import SPARK_LOG_CONFIG
 
 # A fresh process: the project's session, then what its driver JVM was started with.
 _SESSION_REPORT = """
@@ -29,6 +30,9 @@ def _without_class_data_options(env):
 
 def test_a_written_archive_is_mapped_by_the_next_fresh_session(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    # A class-data setting already in the options (a session of this process put its archive there) would
+    # make HotSpot refuse to dump: the writer's JVM runs with its own setting only.
+    monkeypatch.setenv("SPARK_SUBMIT_OPTS", "-Xshare:off -Dlog4j2.configurationFile=" + str(SPARK_LOG_CONFIG.as_uri()))
     archive = class_archive.write_archive()
 
     assert archive.parent == tmp_path / "sparkml_par" / "class-archives"
