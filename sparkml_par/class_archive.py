@@ -72,22 +72,30 @@ def archive_path() -> Optional[Path]:
 
 
 def usable_archive() -> Optional[Path]:
-    """The archive when it exists whole: its size is the one written beside it when it was made."""
+    """This installation's archive when it exists whole."""
     path = archive_path()
-    if path is None or not path.exists():
-        return None
+    return path if path is not None and _is_whole(path) else None
+
+
+def _is_whole(path: Path) -> bool:
+    """Whether the archive's size is the one written beside it when it was made."""
     try:
         recorded = json.loads(path.with_suffix(".json").read_text())["size"]
+        return path.stat().st_size == recorded
     except (OSError, ValueError, KeyError):
-        return None
-    return path if path.stat().st_size == recorded else None
+        return False
+
+
+def _other_options(options: str) -> list[str]:
+    """The JVM options less any class-data setting."""
+    return [option for option in options.split() if not option.startswith(_CLASS_DATA_OPTIONS)]
 
 
 def use_class_archive(env: MutableMapping[str, str]) -> Optional[Path]:
     """Adds the archive to the driver JVM's options in env (read by spark-class, as the log config is)
     when one is usable and the options choose no class-data setting of their own; returns it if added."""
     options = env.get("SPARK_SUBMIT_OPTS", "")
-    if any(option in options for option in _CLASS_DATA_OPTIONS):
+    if _other_options(options) != options.split():
         return None
     archive = usable_archive()
     if archive is not None:
@@ -123,14 +131,14 @@ def write_archive() -> Path:
     path = archive_path()
     if path is None:
         raise RuntimeError("no java found (JAVA_HOME or PATH): Spark cannot start either")
-    if usable_archive() is not None:
+    if _is_whole(path):
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="class-archive-", dir=path.parent) as work:
         written = Path(work, "archive.jsa")
         env = dict(os.environ)
         # Its own setting only: HotSpot refuses to dump beside another archive or with sharing off.
-        options = [o for o in env.get("SPARK_SUBMIT_OPTS", "").split() if not o.startswith(_CLASS_DATA_OPTIONS)]
+        options = _other_options(env.get("SPARK_SUBMIT_OPTS", ""))
         env["SPARK_SUBMIT_OPTS"] = " ".join([*options, f"-XX:ArchiveClassesAtExit={written}"])
         log = Path(work, "dump.log")
         with log.open("w") as out:

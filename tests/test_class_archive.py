@@ -24,7 +24,7 @@ spark.stop()
 
 def _without_class_data_options(env):
     env = dict(env)
-    env.pop("SPARK_SUBMIT_OPTS", None)  # the suite's own session put this installation's archive there
+    env.pop("SPARK_SUBMIT_OPTS", None)  # -Xshare:off here, or the suite's session's own archive
     return env
 
 
