@@ -6,6 +6,11 @@ a seeded shuffle buffer, and leave as tensors without a per-row Python step (pet
 loaders were measured an order of magnitude slower). Every rank yields exactly `steps` batches per
 epoch, re-reading its shard from the start when it runs out, so no rank can wait forever in an
 all-reduce another rank never joins.
+
+Each row group's columns come over as the Arrow table petastorm's worker read (`_ArrowTables`), and the
+feature vectors become one matrix straight from Arrow's value buffer: petastorm's own conversion turns a
+list column into one numpy array per row and `np.vstack`s them, which took 0.10 of a 0.14 s pass over a
+rank's 98,000 x 32 shard (`python -m benchmarks.read --profile`).
 """
 
 from __future__ import annotations
@@ -14,9 +19,12 @@ import warnings
 from typing import Iterator
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 
 from sparkml_par.contract import FEATURES
+from sparkml_par.errors import SparkmlParError
 
 # petastorm 0.12 uses pyarrow APIs deprecated since pyarrow 2-5 (the reason pyarrow is pinned to 14) and
 # advises make_reader for datasets with a Unischema; neither is news to a user, both would flood rank logs.
@@ -50,12 +58,9 @@ class ShardBatches:
     def epoch(self, epoch: int, steps: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """Exactly `steps` batches of `batch_size` rows; the order depends only on (seed, epoch, rank)."""
         rng = np.random.default_rng([self.seed, epoch, self.rank])
-        if self._cache:
-            chunks = self._cached_chunks(rng)
-        else:
-            chunks = self._passes(rng)
+        passes = self._cached_passes(rng) if self._cache else self._passes(rng)
         emitted = 0
-        for x, y in self._batched(chunks, rng):
+        for x, y in self._batched(passes, rng):
             yield torch.from_numpy(x), torch.as_tensor(y, dtype=self.label_dtype)
             emitted += 1
             if emitted == steps:
@@ -70,16 +75,16 @@ class ShardBatches:
                     torch.as_tensor(y[start : start + self.batch_size], dtype=self.label_dtype),
                 )
 
-    def _passes(self, rng: np.random.Generator) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    def _passes(self, rng: np.random.Generator) -> Iterator[Iterator[tuple[np.ndarray, np.ndarray]]]:
         """The shard over and over, each pass a reader of its own with a seed drawn from rng.
 
         petastorm's own repetition (num_epochs=None) re-shuffles the row-group order again each time
         its ventilator waits for queue room at the start of a pass, so the order would depend on timing.
         """
         while True:
-            yield from self._read(num_epochs=1, seed=int(rng.integers(2**31)))
+            yield self._read(num_epochs=1, seed=int(rng.integers(2**31)))
 
-    def _cached_chunks(self, rng: np.random.Generator) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    def _cached_passes(self, rng: np.random.Generator) -> Iterator[Iterator[tuple[np.ndarray, np.ndarray]]]:
         if self._cached is None:
             parts = list(self._read(num_epochs=1, seed=None))
             self._cached = (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
@@ -87,22 +92,36 @@ class ShardBatches:
         while True:
             if self.shuffle:
                 order = rng.permutation(len(x))
-                yield x[order], y[order]
+                yield iter([(x[order], y[order])])
             else:
-                yield x, y
+                yield iter([(x, y)])
 
-    def _batched(self, chunks, rng: np.random.Generator) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    def _batched(self, passes, rng: np.random.Generator) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Batches through a seeded buffer that holds `shuffle_buffer` rows back to mix them with the next
+        row group's; at the end of a pass the buffer empties, so `steps` batches of a shard no larger than
+        the epoch's rows draw each row once and open no second reader. Rows short of a batch carry over."""
         held = self.shuffle_buffer if self.shuffle else 0
         buffer_x = buffer_y = None
-        for x, y in chunks:
-            if buffer_x is None or len(buffer_x) == 0:
-                buffer_x, buffer_y = x, y
-            else:
-                buffer_x, buffer_y = np.concatenate([buffer_x, x]), np.concatenate([buffer_y, y])
-            if self.shuffle and len(x):
-                order = rng.permutation(len(buffer_x))
-                buffer_x, buffer_y = buffer_x[order], buffer_y[order]
-            while len(buffer_x) >= self.batch_size + held:
+        for chunks in passes:
+            rows = 0
+            for x, y in chunks:
+                rows += len(y)
+                if buffer_x is None or len(buffer_x) == 0:
+                    buffer_x, buffer_y = x, y
+                else:
+                    buffer_x, buffer_y = np.concatenate([buffer_x, x]), np.concatenate([buffer_y, y])
+                if self.shuffle and len(x):
+                    order = rng.permutation(len(buffer_x))
+                    buffer_x, buffer_y = buffer_x[order], buffer_y[order]
+                while len(buffer_x) >= self.batch_size + held:
+                    yield buffer_x[: self.batch_size], buffer_y[: self.batch_size]
+                    buffer_x, buffer_y = buffer_x[self.batch_size :], buffer_y[self.batch_size :]
+            if rows == 0:
+                raise SparkmlParError(
+                    f"rank {self.rank} of {self.size} has no rows in {self.url}: the dataset has fewer row groups "
+                    f"with rows than ranks; prepare it with at least {self.size} shards or train on fewer ranks"
+                )
+            while len(buffer_x) >= self.batch_size:
                 yield buffer_x[: self.batch_size], buffer_y[: self.batch_size]
                 buffer_x, buffer_y = buffer_x[self.batch_size :], buffer_y[self.batch_size :]
 
@@ -119,12 +138,47 @@ class ShardBatches:
             shuffle_row_groups=self.shuffle and seed is not None,
             seed=seed,
         ) as reader:
-            for batch in reader:
-                yield _stack(getattr(batch, FEATURES)), np.array(getattr(batch, self.label))
+            reader._results_queue_reader = _ArrowTables()
+            for table in reader:
+                yield _matrix(table.column(FEATURES), self.url), table.column(self.label).to_numpy()
 
 
-def _stack(column: np.ndarray) -> np.ndarray:
-    """petastorm hands a list column over as an object array of arrays: one contiguous float32 matrix."""
-    if column.dtype == object:
-        return np.stack(column).astype(np.float32, copy=False)
-    return column.astype(np.float32, copy=False)
+class _ArrowTables:
+    """petastorm's results-queue reader for `make_batch_reader`, handing each row group over as the Arrow
+    table its worker read, without petastorm's conversion to numpy (see the module's docstring).
+
+    The reader asks its worker class for this object (`ArrowReaderWorker.new_results_queue_reader`) and
+    calls nothing else of it on the batched path, so the trainer's reader swaps it in before the first row.
+    """
+
+    batched_output = True
+
+    def read_next(self, workers_pool, schema, ngram) -> pa.Table:
+        from petastorm.workers_pool import EmptyResultError
+
+        try:
+            return workers_pool.get_results()
+        except EmptyResultError:
+            raise StopIteration from None
+
+
+def _matrix(column: pa.ChunkedArray, url: str) -> np.ndarray:
+    """A list column of equal-length vectors as one writable float32 matrix [rows, length]."""
+    lists = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    if not (
+        pa.types.is_list(lists.type) or pa.types.is_large_list(lists.type) or pa.types.is_fixed_size_list(lists.type)
+    ):
+        raise SparkmlParError(
+            f"column {FEATURES!r} of {url} is {lists.type}, not a list of numbers; the trainer reads datasets "
+            f"written by sparkml-par prepare, whose features are one vector per row"
+        )
+    lengths = pc.min_max(pc.list_value_length(lists))
+    if lists.null_count or lengths["min"] != lengths["max"]:
+        raise SparkmlParError(
+            f"column {FEATURES!r} of {url} holds vectors of lengths {lengths['min']} to {lengths['max']}"
+            f"{' and empty rows' if lists.null_count else ''} in one row group; the trainer needs one "
+            f"length for every row: prepare the dataset again with sparkml-par prepare"
+        )
+    values = lists.flatten().to_numpy(zero_copy_only=False)
+    # astype copies: the matrix is writable, not a view of Arrow's read-only buffer.
+    return values.reshape(len(lists), -1).astype(np.float32)
