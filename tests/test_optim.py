@@ -45,6 +45,25 @@ def test_adam_variants_take_named_parameters(name, cls):
     assert (optimizer.param_groups[0]["lr"], optimizer.param_groups[0]["weight_decay"]) == (0.01, 0.05)
 
 
+@pytest.mark.parametrize("name,cls", [("adam", torch.optim.Adam), ("adamw", torch.optim.AdamW)])
+def test_adam_variants_on_cpu_take_the_fused_kernel_and_its_updates_match_the_loop(name, cls):
+    torch.manual_seed(0)
+    fused_params = [torch.nn.Parameter(torch.randn(8, 4)), torch.nn.Parameter(torch.randn(8))]
+    loop_params = [torch.nn.Parameter(p.detach().clone()) for p in fused_params]
+    fused = build_optimizer(fused_params, TrainConfig(optimizer=name, weight_decay=0.01), lr=0.05)
+    loop = cls(loop_params, lr=0.05, weight_decay=0.01, foreach=False)
+    assert fused.param_groups[0]["fused"] is True
+    for step in range(5):
+        for params, optimizer in ((fused_params, fused), (loop_params, loop)):
+            loss = (params[0].sum(dim=1) * params[1]).square().sum() + step
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    for a, b in zip(fused_params, loop_params):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+        assert not torch.equal(a, torch.zeros_like(a))
+
+
 def test_nesterov_needs_momentum():
     with pytest.raises(ConfigError, match=r"train.nesterov=true needs train.momentum > 0, got 0.0"):
         build_optimizer(_params(), TrainConfig(optimizer="sgd", momentum=0.0, nesterov=True), lr=0.1)
