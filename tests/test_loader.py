@@ -42,6 +42,7 @@ def test_an_epoch_draws_each_row_of_its_shard_once_with_its_own_features(tmp_pat
         labels = []
         for x, y in loader.epoch(epoch, 200 // 16):
             assert x.dtype == torch.float32 and x.shape == (16, WIDTH) and x.numpy().flags.writeable
+            assert y.numpy().flags.writeable
             np.testing.assert_array_equal(x.numpy(), np.outer(y.numpy(), np.arange(1, WIDTH + 1)))
             labels.extend(y.tolist())
         assert len(labels) == len(set(labels)) == 192 and set(labels) <= shard
@@ -56,6 +57,14 @@ def test_a_shard_smaller_than_the_epoch_is_read_again(tmp_path):
     url = _write(tmp_path / "data", [list(range(0, 100)), list(range(100, 120))])
     labels = [label for _, y in _loader(url, rank=1).epoch(0, 5) for label in y.tolist()]
     assert len(labels) == 80 and set(labels) == set(range(100, 120))
+
+
+def test_evaluation_reads_the_shard_once_in_file_order_as_writable_tensors(tmp_path):
+    url = _write(tmp_path / "data", [list(range(0, 20)), list(range(100, 110)), list(range(200, 220))])
+    batches = list(_loader(url).all_rows())  # rank 0 of 2: row groups 0 and 2
+    assert [len(y) for _, y in batches] == [16, 4, 16, 4]
+    assert [label for _, y in batches for label in y.tolist()] == [*range(0, 20), *range(200, 220)]
+    assert all(x.numpy().flags.writeable and y.numpy().flags.writeable for x, y in batches)
 
 
 def test_vectors_of_unequal_length_are_refused_by_name(tmp_path):

@@ -140,7 +140,8 @@ class ShardBatches:
         ) as reader:
             reader._results_queue_reader = _ArrowTables()
             for table in reader:
-                yield _matrix(table.column(FEATURES), self.url), table.column(self.label).to_numpy()
+                # Copies: torch's tensors of them are writable, not views of Arrow's read-only buffers.
+                yield _matrix(table.column(FEATURES), self.url), table.column(self.label).to_numpy().copy()
 
 
 class _ArrowTables:
@@ -180,5 +181,4 @@ def _matrix(column: pa.ChunkedArray, url: str) -> np.ndarray:
             f"length for every row: prepare the dataset again with sparkml-par prepare"
         )
     values = lists.flatten().to_numpy(zero_copy_only=False)
-    # astype copies: the matrix is writable, not a view of Arrow's read-only buffer.
     return values.reshape(len(lists), -1).astype(np.float32)
