@@ -32,6 +32,16 @@ def atomic_path(path: Path) -> Iterator[Path]:
         raise
 
 
+def remove_leftovers(path: Path) -> None:
+    """Deletes the hidden siblings `atomic_path` made for `path` that a killed writer never renamed.
+
+    Only for a path one process writes at a time (a run directory's state): another writer's sibling
+    would go too.
+    """
+    for temp in path.parent.glob(f".{path.stem}.tmp-*{path.suffix}"):
+        temp.unlink(missing_ok=True)
+
+
 def write_text(path: Path, text: str) -> None:
     with atomic_path(path) as temp:
         temp.write_text(text)

@@ -39,11 +39,13 @@ class RunState:
     """stages.json of a run directory, rewritten atomically when a stage starts and when it finishes.
 
     A stage that started but never finished (the run was killed) keeps its fingerprint, so the next
-    run knows its partial output (e.g. training checkpoints) belongs to the same config.
+    run knows its partial output (e.g. training checkpoints) belongs to the same config; a run killed
+    while writing the file leaves its hidden temporary copy, which the next run removes.
     """
 
     def __init__(self, run_dir: Path):
         self.path = run_dir / "stages.json"
+        atomic.remove_leftovers(self.path)
         self.stages: dict[str, dict[str, Any]] = json.loads(self.path.read_text()) if self.path.exists() else {}
 
     def matches(self, stage: str, fingerprint: str) -> bool:

@@ -26,6 +26,18 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_nothing_beside_it(tmp_path
     assert path.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["metrics.jsonl"]
 
 
+def test_the_next_run_removes_the_copy_a_killed_run_left_of_its_state(tmp_path):
+    from sparkml_par.pipeline import RunState
+
+    (tmp_path / "stages.json").write_text('{"prepare": {"fingerprint": "f", "finished": true}}')
+    # What a run killed between writing its state's temporary copy and renaming it leaves behind.
+    (tmp_path / ".stages.tmp-1a2b3c4d.json").write_text('{"prepare": {"fingerprint": "f", "fini')
+    (tmp_path / ".report.tmp-1a2b3c4d.json").write_text("another file's copy")
+    state = RunState(tmp_path)
+    assert state.finished("prepare")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".report.tmp-1a2b3c4d.json", "stages.json"]
+
+
 def test_a_directory_is_replaced_and_the_old_one_deleted(tmp_path):
     target, staging = tmp_path / "model", tmp_path / ".model-staging"
     target.mkdir()
