@@ -133,14 +133,19 @@ def test_a_tracked_run_is_one_mlflow_run_with_its_stages_trials_metrics_and_mode
     frame = spark.createDataFrame(raw)
     by_udf = frame.withColumn("udf", udf(*columns)).select("patient", "udf").toPandas()
     in_pandas = mlflow.pyfunc.load_model(uri).predict(raw[columns])
-    np.testing.assert_allclose(by_udf.sort_values("patient")["udf"].to_numpy(), in_pandas.to_numpy(), atol=1e-6)
+    np.testing.assert_allclose(
+        by_udf.sort_values("patient")["udf"].to_numpy(), in_pandas.to_numpy(), rtol=1e-6, atol=1e-6
+    )
     # The project's own scoring of the same raw rows (the predictions above are of the dataset's test split).
     from sparkml_par.infer import score
 
     ours = score(spark, str(diabetes_csv), str(tmp_path / "model" / "model"), id_column="patient", source="csv")
     ours = ours.select("patient", "prediction").toPandas().sort_values("patient")
     np.testing.assert_allclose(
-        ours["prediction"].to_numpy(), in_pandas.to_numpy()[ours["patient"].to_numpy().astype(int)], atol=1e-6
+        ours["prediction"].to_numpy(),
+        in_pandas.to_numpy()[ours["patient"].to_numpy().astype(int)],
+        rtol=1e-6,
+        atol=1e-6,
     )
 
 
