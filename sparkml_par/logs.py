@@ -49,8 +49,10 @@ def setup_logging(quiet: bool = False, fmt: str = "text") -> None:
     handler.setFormatter(_JsonFormatter() if fmt == "json" else logging.Formatter(_TEXT_FORMAT, _DATE_FORMAT))
     root.addHandler(handler)
     root.setLevel(logging.WARNING if quiet else logging.INFO)
-    # py4j logs every gateway connection at INFO: noise on the driver.
-    logging.getLogger("py4j").setLevel(logging.WARNING)
+    # py4j logs every gateway connection at INFO, matplotlib the font cache it builds on a first run:
+    # noise on the driver.
+    for name in ("py4j", "matplotlib"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def stderr_apart_under_spark_submit() -> None:

@@ -53,9 +53,12 @@ def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def quickstart_run(tmp_path_factory):
-    """The quickstart config as a user runs it (one epoch): its console output, and its run directory."""
+    """The quickstart config as a user runs it (one epoch): its console output, and its run directory.
+
+    With an empty matplotlib config directory, as on a first run, so the report builds its font cache."""
     root = tmp_path_factory.mktemp("quickstart")
-    done = _cli("run", "conf/quickstart.yaml", "train.epochs=1", *outputs_under(root))
+    env = {**os.environ, "MPLCONFIGDIR": str(tmp_path_factory.mktemp("matplotlib"))}
+    done = _cli("run", "conf/quickstart.yaml", "train.epochs=1", *outputs_under(root), env=env)
     assert done.returncode == 0, done.stderr[-4000:]
     return done, root
 
