@@ -23,7 +23,7 @@ def atomic_path(path: Path) -> Iterator[Path]:
     The sibling keeps path's suffix, so writers that pick a format by the name (matplotlib) still do.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.stem}.tmp-{uuid.uuid4().hex[:8]}{path.suffix}")
+    temp = _temp_sibling(path, uuid.uuid4().hex[:8])
     try:
         yield temp
         os.replace(temp, path)
@@ -38,8 +38,12 @@ def remove_leftovers(path: Path) -> None:
     Only for a path one process writes at a time (a run directory's state): another writer's sibling
     would go too.
     """
-    for temp in path.parent.glob(f".{path.stem}.tmp-*{path.suffix}"):
+    for temp in path.parent.glob(_temp_sibling(path, "*").name):
         temp.unlink(missing_ok=True)
+
+
+def _temp_sibling(path: Path, tag: str) -> Path:
+    return path.with_name(f".{path.stem}.tmp-{tag}{path.suffix}")
 
 
 def write_text(path: Path, text: str) -> None:

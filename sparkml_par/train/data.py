@@ -113,17 +113,20 @@ class ShardBatches:
                 if self.shuffle and len(x):
                     order = rng.permutation(len(buffer_x))
                     buffer_x, buffer_y = buffer_x[order], buffer_y[order]
-                while len(buffer_x) >= self.batch_size + held:
-                    yield buffer_x[: self.batch_size], buffer_y[: self.batch_size]
-                    buffer_x, buffer_y = buffer_x[self.batch_size :], buffer_y[self.batch_size :]
+                buffer_x, buffer_y = yield from self._take_batches(buffer_x, buffer_y, keep=held)
             if rows == 0:
                 raise SparkmlParError(
                     f"rank {self.rank} of {self.size} has no rows in {self.url}: the dataset has fewer row groups "
                     f"with rows than ranks; prepare it with at least {self.size} shards or train on fewer ranks"
                 )
-            while len(buffer_x) >= self.batch_size:
-                yield buffer_x[: self.batch_size], buffer_y[: self.batch_size]
-                buffer_x, buffer_y = buffer_x[self.batch_size :], buffer_y[self.batch_size :]
+            buffer_x, buffer_y = yield from self._take_batches(buffer_x, buffer_y, keep=0)
+
+    def _take_batches(self, x: np.ndarray, y: np.ndarray, keep: int):
+        """Yields batches off the front of (x, y) while at least `keep` rows would stay; returns the rest."""
+        while len(x) >= self.batch_size + keep:
+            yield x[: self.batch_size], y[: self.batch_size]
+            x, y = x[self.batch_size :], y[self.batch_size :]
+        return x, y
 
     def _read(self, num_epochs: int | None, seed: int | None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         from petastorm import make_batch_reader
