@@ -56,13 +56,16 @@ def fit_feature_pipeline(train_df, specs: list[ColumnSpec], cfg: FeaturizeConfig
 
 
 def transform(model, df):
-    """Applies a fitted pipeline and leaves `features` as a float32 array, dropping the helper columns."""
+    """Applies a fitted pipeline and leaves `features` as a float32 array, dropping the helper columns; and
+    the length of the features, which Spark's VectorAssembler (and the scaler after it) record in the
+    vector column's ML attributes while planning, so no job counts it."""
     from pyspark.ml.functions import vector_to_array
 
     out = model.transform(df)
     vector = _SCALED if _SCALED in out.columns else _VECTOR
+    size = out.schema[vector].metadata["ml_attr"]["num_attrs"]
     added = [c for c in out.columns if c not in df.columns]
-    return out.withColumn(FEATURES, vector_to_array(vector, "float32")).drop(*added)
+    return out.withColumn(FEATURES, vector_to_array(vector, "float32")).drop(*added), size
 
 
 def apply_fitted(df, pipeline_url: str | None, specs: list[ColumnSpec]):
@@ -74,7 +77,7 @@ def apply_fitted(df, pipeline_url: str | None, specs: list[ColumnSpec]):
     if pipeline_url is None:
         (spec,) = specs
         return df.withColumn(FEATURES, F.col(f"`{spec.name}`").cast("array<float>"))
-    return transform(PipelineModel.load(pipeline_url), df)
+    return transform(PipelineModel.load(pipeline_url), df)[0]
 
 
 def export_fitted(pipeline_url: str | None, raw_types: dict[str, str]) -> dict | None:

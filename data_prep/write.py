@@ -135,8 +135,13 @@ def write_split(
     row_group_mb: float,
     max_shards: int,
     split: str = "split",
+    partition_rows: dict[int, int] | None = None,
 ) -> dict[str, Any]:
-    """Writes df (rows known) as a petastorm dataset at url; returns rows, row groups and rows per file."""
+    """Writes df (rows known) as a petastorm dataset at url; returns rows, row groups and rows per file.
+
+    partition_rows: df's rows per Spark partition where the caller counted them (prepare counts every
+    split's partitions in one aggregate); otherwise they are counted here.
+    """
     if rows < max_shards:
         raise SparkmlParError(
             f"the {split} split has {rows} rows, fewer than data.max_shards={max_shards} (every shard needs at "
@@ -144,7 +149,7 @@ def write_split(
         )
     fs, root = _filesystem(url)
     target_rows = max(1, int(row_group_mb * MIB // max(estimate_row_bytes(df.schema, shapes), 1)))
-    source, counts = _partitions(spark, df, rows, target_rows, max_shards)
+    source, counts = _partitions(spark, df, rows, target_rows, max_shards, partition_rows)
     plan = plan_row_groups(counts, target_rows, max_shards)
     sizes = {partition: group_sizes(counts[partition], groups) for partition, groups in plan.items()}
     log.info("%s: %d rows -> %d files of one row group from %d tasks", split, rows, sum(plan.values()), len(plan))
@@ -205,18 +210,20 @@ def _filesystem(url: str):
         ) from None
 
 
-def _partitions(spark, df, rows: int, target_rows: int, max_shards: int):
+def _partitions(spark, df, rows: int, target_rows: int, max_shards: int, counted: dict[int, int] | None):
     """df with partitions big enough to cut into max_shards groups each, and the rows in each partition.
 
-    coalesce merges neighbouring partitions without a shuffle. Counting the partitions is one
-    aggregate in the JVM; the data_prep job reads a persisted DataFrame, so no input is read twice.
+    coalesce merges neighbouring partitions without a shuffle; the partitions of a coalesced df (or of
+    one whose rows the caller did not count) are counted by one aggregate in the JVM. The data_prep job
+    reads a persisted DataFrame, so no input is read twice.
     """
     from pyspark.sql import functions as F
 
     wanted = max(spark.sparkContext.defaultParallelism, rows // (target_rows * max_shards), 1)
     if df.rdd.getNumPartitions() > wanted:
         df = df.coalesce(wanted)
-    counts = {r[0]: r[1] for r in df.groupBy(F.spark_partition_id()).count().collect()}
+        counted = None
+    counts = counted or {r[0]: r[1] for r in df.groupBy(F.spark_partition_id()).count().collect()}
     if any(n < max_shards for n in counts.values()):
         # A partition too small for one row per shard: write everything from one task instead.
         df = df.coalesce(1)

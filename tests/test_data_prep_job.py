@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from data_prep.job import prepare, summary
+from data_prep.job import _row_counts, prepare, summary
 from data_prep.score_rows import apply_feature_pipeline
 from sparkml_par.config import DataConfig, SplitConfig, SyntheticConfig, load_config
 from sparkml_par.errors import SparkmlParError
@@ -310,6 +310,19 @@ def test_a_label_named_count_is_counted_per_class(spark, tmp_path):
     m = prepare(spark, cfg).manifest
     assert m["class_counts"] == {"0": 100, "1": 100, "2": 100} and m["num_classes"] == 3
     assert sum(split["rows"] for split in m["splits"].values()) == 300
+
+
+def test_rows_per_split_class_and_partition_come_from_one_aggregate(spark):
+    """The writer plans each split's files from these partition counts: they must be the partitions' own.
+    The label is named like the aggregate's count column."""
+    rows = spark.range(0, 90, 1, numPartitions=3).selectExpr(
+        "CASE WHEN id % 3 = 0 THEN 'test' ELSE 'train' END AS _split", "id % 2 AS _rows"
+    )
+    counts = _row_counts(rows, DataConfig(label="_rows"))
+    assert counts.splits == {"train": 60, "test": 30} and counts.classes == {"0": 45, "1": 45}
+    assert counts.partitions == {"train": {0: 20, 1: 20, 2: 20}, "test": {0: 10, 1: 10, 2: 10}}
+    regression = _row_counts(rows, DataConfig(label="_rows", task="regression"))
+    assert regression.classes is None and regression.partitions == counts.partitions
 
 
 def test_prepare_command_and_spark_submit_entry(tmp_path, capsys):
