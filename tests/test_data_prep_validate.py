@@ -89,6 +89,18 @@ def test_known_bad_rows_are_exactly_the_quarantine_with_their_reasons(spark, tmp
     assert m["num_classes"] == 3 and m["raw_feature_columns"] == ["sepal_length", "sepal_width", "color"]
 
 
+def test_typed_parquet_columns_are_checked_for_what_their_types_can_hold(spark, tmp_path):
+    """Parquet columns arrive typed, so each gets the checks its type can fail: an integral column only
+    null, a fractional one NaN or infinity, a fractional classification label not integer."""
+    good = [(float(i), i % 5, float(i % 3)) for i in range(60)]
+    bad = [(float("nan"), 1, 1.0), (float("-inf"), 2, 2.0), (1.0, None, 0.0), (2.0, 3, 1.5), (3.0, 4, None)]
+    spark.createDataFrame(good + bad, "x double, n int, label double").write.parquet(str(tmp_path / "in"))
+    cfg = DataConfig(source="parquet", path=str(tmp_path / "in"), output=str(tmp_path / "ds"), max_shards=2)
+    m = prepare(spark, cfg).manifest
+    assert m["quarantine"]["reasons"] == {"nan_or_inf:x": 2, "not_integer:label": 1, "null:label": 1, "null:n": 1}
+    assert m["rows_clean"] == 60 and m["raw_feature_columns"] == ["x", "n"] and m["num_classes"] == 3
+
+
 def test_too_many_bad_rows_fail_the_job_and_keep_the_rejects(spark, tmp_path):
     lines = [HEADER] + GOOD[:10] + list(BAD)
     cfg = _config(tmp_path, _csv(tmp_path / "bad.csv", lines), max_reject_fraction=0.1)
