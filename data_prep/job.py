@@ -59,7 +59,7 @@ from sparkml_par.contract import (
     SPLITS,
 )
 from sparkml_par.errors import SparkmlParError
-from sparkml_par.spark_jobs import JobName, spark_job
+from sparkml_par.spark_jobs import BackgroundJob, JobName, spark_job
 from sparkml_par.stage import Run, Stage, always_due, fingerprint
 
 log = logging.getLogger(__name__)
@@ -143,24 +143,23 @@ def _build_validated(
     elif duplicates and ing.content_row_ids:
         clean = make_row_ids_unique(clean)
     clean = assign_splits(clean, cfg).persist(StorageLevel.MEMORY_AND_DISK)
+    beside: list[BackgroundJob] = []
     try:
-        stage.begin("profile")
-        counts = _row_counts(clean, cfg)
-        stats = profile(clean, cfg.label, v.features, counts.classes)
-        stats.update(duplicates=duplicates, deduplicated=bool(cfg.dedupe and duplicates))
-        warnings = (
-            class_warnings(stats["label_distribution"], v.num_classes, v.classes)
-            if cfg.task == "classification"
-            else []
-        )
+        stage.begin("count splits")
+        counts = _row_counts(clean, cfg)  # the first job over the persisted rows: it fills Spark's cache
+        stage.done("count splits", v.rows_clean)
+        warnings = class_warnings(counts.classes, v.num_classes, v.classes) if cfg.task == "classification" else []
         for warning in warnings:
             log.warning("data.label %r: %s", cfg.label, warning)
-        storage.write_json(storage.HadoopFs(spark, staging), f"{staging}/{PROFILE}", stats)
-        stage.done("profile", stats["rows"])
+        beside.append(_profile_beside(spark, clean, cfg, v, counts, duplicates, staging))
 
         stage.begin("featurize")
         label_scale = _label_scale(clean, cfg) if cfg.task == "regression" else None
-        featurized, pipeline_path, size = _featurize(clean, v, cfg, staging)
+        model = _fit_pipeline(clean, v, cfg)
+        if model is not None:  # Spark ML saves with a small Spark job per stage: they run beside the writes
+            url = f"{staging}/{FEATURE_PIPELINE_DIR}"
+            beside.append(BackgroundJob(spark.sparkContext, lambda: model.write().save(url), "prepare: save pipeline"))
+        featurized, size = _features(clean, v, model)
         stage.done("featurize", counts.splits.get("train", 0))
 
         # The split key stays in the dataset, so scoring can name it as score.id_column.
@@ -186,7 +185,13 @@ def _build_validated(
             )
             splits[name] = {"path": name, **info}
             stage.done(f"write {name}", rows)
+        for job in beside:
+            job.result()
     finally:
+        for job in beside:  # after a failure, stopped before the caller removes the staging directory
+            if not job.wait(0):
+                job.cancel()
+                job.wait(None)
         clean.unpersist()
     return {
         MANIFEST_FORMAT_VERSION: mf.FORMAT_VERSION,
@@ -201,12 +206,12 @@ def _build_validated(
         MANIFEST_TASK: cfg.task,
         MANIFEST_NUM_CLASSES: v.num_classes,
         MANIFEST_CLASSES: v.classes,
-        MANIFEST_CLASS_COUNTS: stats.get("label_distribution"),
+        MANIFEST_CLASS_COUNTS: counts.classes,
         MANIFEST_CLASS_WARNINGS: warnings,
         MANIFEST_FEATURE_SHAPE: ing.feature_shape or [size],
         MANIFEST_SPLITS: splits,
         MANIFEST_MAX_SHARDS: cfg.max_shards,
-        MANIFEST_FEATURE_PIPELINE: pipeline_path,
+        MANIFEST_FEATURE_PIPELINE: FEATURE_PIPELINE_DIR if model is not None else None,
         MANIFEST_RAW_COLUMNS: [s.name for s in v.features],
         MANIFEST_RAW_TYPES: {s.name: s.type for s in v.features},
         # The data config with the feature columns as validated: scoring reads raw rows by the same rules.
@@ -288,21 +293,40 @@ def _label_scale(clean, cfg: DataConfig) -> dict[str, float] | None:
     return {"mean": float(row["mean"]), "std": float(row["std"]) if row["std"] else 1.0}
 
 
-def _featurize(clean, v: Validated, cfg: DataConfig, staging: str):
-    """The featurized rows, the saved pipeline's relative path (None when the input is one vector) and the
-    length of the features."""
+def _fit_pipeline(clean, v: Validated, cfg: DataConfig):
+    """The feature pipeline fitted on the train split, or None when the input is one vector."""
     from pyspark.sql import functions as F
 
     if not featurize.needs_pipeline(v.features):
-        featurized = featurize.apply_fitted(clean, None, v.features)
-        (spec,) = v.features
-        # Validation quarantined every vector of another declared size; an undeclared size is the first row's.
-        size = spec.size or featurized.select(F.size(FEATURES)).first()[0]
-        return featurized, None, size
-    model = featurize.fit_feature_pipeline(clean.where(F.col(SPLIT) == "train"), v.features, cfg.featurize)
-    model.write().save(f"{staging}/{FEATURE_PIPELINE_DIR}")
-    featurized, size = featurize.transform(model, clean)
-    return featurized, FEATURE_PIPELINE_DIR, size
+        return None
+    return featurize.fit_feature_pipeline(clean.where(F.col(SPLIT) == "train"), v.features, cfg.featurize)
+
+
+def _features(clean, v: Validated, model):
+    """The rows with their features (through the fitted pipeline, or the one vector as it is) and the
+    features' length."""
+    from pyspark.sql import functions as F
+
+    if model is not None:
+        return featurize.transform(model, clean)
+    featurized = featurize.apply_fitted(clean, None, v.features)
+    (spec,) = v.features
+    # Validation quarantined every vector of another declared size; an undeclared size is the first row's.
+    return featurized, spec.size or featurized.select(F.size(FEATURES)).first()[0]
+
+
+def _profile_beside(spark, clean, cfg: DataConfig, v: Validated, counts: _RowCounts, duplicates: int, staging: str):
+    """The profile's aggregate and its file, in a Spark job of its own beside featurize and the writes:
+    nothing but the profile file needs it, and the two share the executors' cores."""
+
+    def write_profile() -> None:
+        started = time.time()
+        stats = profile(clean, cfg.label, v.features, counts.classes)
+        stats.update(duplicates=duplicates, deduplicated=bool(cfg.dedupe and duplicates))
+        storage.write_json(storage.HadoopFs(spark, staging), f"{staging}/{PROFILE}", stats)
+        _log_step("profile", stats["rows"], time.time() - started)
+
+    return BackgroundJob(spark.sparkContext, write_profile, "prepare: profile")
 
 
 class _Stages:
@@ -319,7 +343,11 @@ class _Stages:
     def done(self, name: str, rows: int) -> None:
         now = time.time()
         seconds, self._last = now - self._last, now
-        log.info("%-16s %10d rows %7.1f s %12.0f rows/s", name, rows, seconds, rows / max(seconds, 1e-9))
+        _log_step(name, rows, seconds)
+
+
+def _log_step(name: str, rows: int, seconds: float) -> None:
+    log.info("%-16s %10d rows %7.1f s %12.0f rows/s", name, rows, seconds, rows / max(seconds, 1e-9))
 
 
 def summary(result: PrepareResult) -> str:
