@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from data_prep.job import _row_counts, prepare, summary
+from data_prep.profile import count_duplicates
 from data_prep.score_rows import apply_feature_pipeline
 from sparkml_par.config import DataConfig, SplitConfig, SyntheticConfig, load_config
 from sparkml_par.errors import SparkmlParError
@@ -323,6 +324,22 @@ def test_rows_per_split_class_and_partition_come_from_one_aggregate(spark):
     assert counts.partitions == {"train": {0: 20, 1: 20, 2: 20}, "test": {0: 10, 1: 10, 2: 10}}
     regression = _row_counts(rows, DataConfig(label="_rows", task="regression"))
     assert regression.classes is None and regression.partitions == counts.partitions
+
+
+def test_duplicates_are_counted_exactly_with_and_without_repeated_rows(spark):
+    rows = spark.createDataFrame(
+        [
+            (1, 0.0, "a", [1.0, 2.0]),
+            (2, -0.0, "a", [1.0, 2.0]),  # row 1 again: -0.0 is 0.0
+            (3, 1.0, "a", [1.0, 2.0]),
+            (4, 1.0, "b", [1.0, 2.0]),
+            (5, 1.0, "b", [1.0, 2.0]),  # row 4 again
+            (6, 1.0, "b", [2.0, 1.0]),
+        ],
+        "_row_id long, x double, s string, v array<float>",
+    )
+    assert count_duplicates(rows, ["x", "s", "v"], 6) == 2
+    assert count_duplicates(rows.where("_row_id NOT IN (2, 5)"), ["x", "s", "v"], 4) == 0
 
 
 def test_prepare_command_and_spark_submit_entry(tmp_path, capsys):
