@@ -233,7 +233,7 @@ def _build_validated(
 @dataclass
 class _RowCounts:
     """Clean rows per split, per class of a classification label (None for regression), and per split and
-    Spark partition of the persisted rows, which the writer plans each split's files from."""
+    Spark partition of the clean rows, which the writer plans each split's files from."""
 
     splits: dict[str, int]
     partitions: dict[str, dict[int, int]]
