@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # Builds Horovod from its PyPI sdist against the torch in the given venv and installs it.
 #
-# Two patches of Horovod 0.28.1's sources, each checked to have applied:
+# Three patches of Horovod 0.28.1's sources, each checked to have applied:
 # - CMAKE_CXX_STANDARD 14 -> 17 in both CMakeLists.txt files: PyTorch >= 2.1 headers need C++17.
 # - GlooContext::InitializeForProcessSet builds its device with the interface of its own, never set,
 #   gloo_iface_ instead of the global context's: with HOROVOD_GLOO_IFACE set it then falls back to the
 #   hostname, which on many hosts (Debian/Ubuntu defaults, cloud images, containers) resolves to
 #   127.0.0.1, and every multi-host launch aborts connecting to [127.0.0.1]:port. The patch hands the
 #   global context's interface to the process-set context, as the global, local and cross contexts get it.
+# - The background thread of a rank with no tensor in any queue waits for the next enqueue (or 100 ms)
+#   instead of running a cycle every HOROVOD_CYCLE_TIME (1 ms): each cycle is a collective with every
+#   other rank, so two ranks sharing two cores woke each other a thousand times a second while they
+#   computed, and a rank's request waited half a cycle on average for the next one. No cycle can
+#   complete anything while a rank has nothing queued (every operation needs every rank's request), and
+#   a rank with work queued, joined, autotuning or with dynamic process sets cycles as before.
 # PATCH_LEVEL names this set of patches: it is part of the wheel cache's name, which pip records as the
 # installed wheel's origin (direct_url.json), so a build without the current patches is rebuilt. The wheel is cached by Horovod,
 # torch and Python versions (a build takes minutes on two cores); a second run installs the cached wheel.
@@ -18,7 +24,7 @@ set -euo pipefail
 PYTHON=${1:-.venv/bin/python}
 HOROVOD_VERSION=$(sed -n 's/^horovod==//p' "$(dirname "$0")/../constraints.txt")
 CACHE_ROOT=${SPARKML_PAR_WHEEL_CACHE:-$HOME/.cache/sparkml_par/wheels}
-PATCH_LEVEL=2
+PATCH_LEVEL=3
 
 die() { echo "build_horovod: $*" >&2; exit 1; }
 
@@ -66,6 +72,68 @@ if source.count(unpatched) != 1:
     sys.exit(1)
 patched = unpatched.replace("  attr device_attr;\n", "  gloo_iface_ = global_context.gloo_iface_;\n  attr device_attr;\n")
 open(path, "w").write(source.replace(unpatched, patched))
+PY
+  "$PYTHON" - "$SRC/horovod/common" <<'PY' \
+    || die "the idle-wait patch did not apply: horovod/common/{tensor_queue,operations}.* changed upstream"
+import sys
+root = sys.argv[1] + "/"
+
+
+def patch(name, replacements):
+    path = root + name
+    source = open(path).read()
+    for unpatched, patched in replacements:
+        if source.count(unpatched) != 1:
+            sys.exit(f"{name}: {unpatched[:60]!r} not found once")
+        source = source.replace(unpatched, patched)
+    open(path, "w").write(source)
+
+
+patch("tensor_queue.h", [
+    ("#include <mutex>\n", "#include <chrono>\n#include <cstdint>\n#include <mutex>\n"),
+    ("  void RemoveJoinTensor();\n",
+     "  void RemoveJoinTensor();\n\n"
+     "  // No tensor of this queue waits for an operation.\n"
+     "  bool IsIdle() const;\n\n"
+     "  // Tensors enqueued into any queue so far, and a wait until that count passes `seen` or `timeout` ends.\n"
+     "  static uint64_t EnqueuedCount();\n"
+     "  static void WaitForEnqueue(uint64_t seen, std::chrono::milliseconds timeout);\n"),
+])
+patch("tensor_queue.cc", [
+    ('#include <assert.h>\n',
+     '#include <assert.h>\n#include <condition_variable>\n'),
+    ("namespace horovod {\nnamespace common {\n",
+     "namespace horovod {\nnamespace common {\n\n"
+     "namespace {\nstd::mutex enqueued_mutex;\nstd::condition_variable enqueued_signal;\nuint64_t enqueued = 0;\n\n"
+     "void NotifyEnqueued() {\n  {\n    std::lock_guard<std::mutex> guard(enqueued_mutex);\n    ++enqueued;\n  }\n"
+     "  enqueued_signal.notify_all();\n}\n} // namespace\n\n"
+     "uint64_t TensorQueue::EnqueuedCount() {\n  std::lock_guard<std::mutex> guard(enqueued_mutex);\n  return enqueued;\n}\n\n"
+     "void TensorQueue::WaitForEnqueue(uint64_t seen, std::chrono::milliseconds timeout) {\n"
+     "  std::unique_lock<std::mutex> lock(enqueued_mutex);\n"
+     "  enqueued_signal.wait_for(lock, timeout, [seen] { return enqueued != seen; });\n}\n\n"
+     "bool TensorQueue::IsIdle() const {\n  std::lock_guard<std::mutex> guard(mutex_);\n"
+     "  return tensor_table_.empty() && message_queue_.empty();\n}\n"),
+    ("  message_queue_.push(std::move(message));\n  return Status::OK();\n}\n",
+     "  message_queue_.push(std::move(message));\n  NotifyEnqueued();\n  return Status::OK();\n}\n"),
+    ("    message_queue_.push(std::move(messages[i]));\n  }\n  return Status::OK();\n}\n",
+     "    message_queue_.push(std::move(messages[i]));\n  }\n  NotifyEnqueued();\n  return Status::OK();\n}\n"),
+])
+patch("operations.cc", [
+    ("bool RunLoopOnce(HorovodGlobalState& state) {\n",
+     "// A rank with no tensor in any queue has nothing a cycle could complete: every other rank's next\n"
+     "// operation needs this rank's request for it too. It waits for its next enqueue (or 100 ms) instead\n"
+     "// of running a cycle every HOROVOD_CYCLE_TIME, each cycle a collective with every other rank.\n"
+     "void WaitWhileIdle(HorovodGlobalState& state) {\n"
+     "  if (state.shut_down || state.dynamic_process_sets ||\n"
+     "      state.parameter_manager.IsAutoTuning()) {\n    return;\n  }\n"
+     "  uint64_t seen = TensorQueue::EnqueuedCount();\n"
+     "  for (auto process_set_id : state.process_set_table.Ids()) {\n"
+     "    auto& process_set = state.process_set_table.Get(process_set_id);\n"
+     "    if (!process_set.initialization_done || process_set.joined ||\n"
+     "        !process_set.tensor_queue.IsIdle()) {\n      return;\n    }\n  }\n"
+     "  TensorQueue::WaitForEnqueue(seen, std::chrono::milliseconds(100));\n}\n\n"
+     "bool RunLoopOnce(HorovodGlobalState& state) {\n  WaitWhileIdle(state);\n\n"),
+])
 PY
   export HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
          HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1
