@@ -61,20 +61,8 @@ if [ -z "$WHEEL" ]; then
   sed -i 's/CMAKE_CXX_STANDARD 14/CMAKE_CXX_STANDARD 17/' "$SRC/CMakeLists.txt" "$SRC/horovod/torch/CMakeLists.txt"
   grep -q 'CMAKE_CXX_STANDARD 17' "$SRC/horovod/torch/CMakeLists.txt" \
     || die "the C++17 patch did not apply: horovod/torch/CMakeLists.txt changed upstream"
-  "$PYTHON" - "$SRC/horovod/common/gloo/gloo_context.cc" <<'PY' \
-    || die "the process-set interface patch did not apply: horovod/common/gloo/gloo_context.cc changed upstream"
-import sys
-path = sys.argv[1]
-source = open(path).read()
-unpatched = ("  attr device_attr;\n  device_attr.iface = gloo_iface_;\n  device_attr.ai_family = AF_UNSPEC;\n"
-             "  auto dev = CreateDevice(device_attr);\n\n  global_ctx = global_context.ctx;\n")
-if source.count(unpatched) != 1:
-    sys.exit(1)
-patched = unpatched.replace("  attr device_attr;\n", "  gloo_iface_ = global_context.gloo_iface_;\n  attr device_attr;\n")
-open(path, "w").write(source.replace(unpatched, patched))
-PY
   "$PYTHON" - "$SRC/horovod/common" <<'PY' \
-    || die "the idle-wait patch did not apply: horovod/common/{tensor_queue,operations}.* changed upstream"
+    || die "a source patch did not apply (the line above names the file): horovod/common changed upstream"
 import sys
 root = sys.argv[1] + "/"
 
@@ -89,6 +77,12 @@ def patch(name, replacements):
     open(path, "w").write(source)
 
 
+# The process-set interface.
+unpatched = ("  attr device_attr;\n  device_attr.iface = gloo_iface_;\n  device_attr.ai_family = AF_UNSPEC;\n"
+             "  auto dev = CreateDevice(device_attr);\n\n  global_ctx = global_context.ctx;\n")
+patched = unpatched.replace("  attr device_attr;\n", "  gloo_iface_ = global_context.gloo_iface_;\n  attr device_attr;\n")
+patch("gloo/gloo_context.cc", [(unpatched, patched)])
+# The idle wait.
 patch("tensor_queue.h", [
     ("#include <mutex>\n", "#include <chrono>\n#include <cstdint>\n#include <mutex>\n"),
     ("  void RemoveJoinTensor();\n",
