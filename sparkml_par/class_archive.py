@@ -9,11 +9,13 @@ same JIT.
 
 `python -m sparkml_par.class_archive` (run by `make setup`) writes the archive once for this JVM and this
 Spark installation: it runs a small prepare in a session of its own and keeps what its JVM loaded. The
-archive's name holds a digest of the JVM's files and of Spark's jars and their directory (HotSpot maps an
-archive only for the class path it was written with), so another JDK, another Spark or another virtual
-environment finds no archive and starts as it always did. A session started by the project uses the
-archive when one exists with the size recorded when it was written (HotSpot crashes on a truncated one),
-unless the user's SPARK_SUBMIT_OPTS already choose a class-data setting.
+archive's name holds a digest of the JVM's files and of Spark's jars, their directory, sizes and modification
+times (HotSpot maps an archive only for the class path it was written with, and checks each jar's size and
+time), so another JDK, another Spark or another virtual environment, or the same one installed again, finds
+no archive and starts as it always did. A session started by the project uses the archive when one exists
+with the size recorded when it was written (HotSpot crashes on a truncated one), unless the user's
+SPARK_SUBMIT_OPTS already choose a class-data setting. Writing an archive removes those it replaces: the
+ones written for the same jars' directory, and those whose directory is gone (each is some 180 MB).
 """
 
 from __future__ import annotations
@@ -63,11 +65,14 @@ def archive_path() -> Optional[Path]:
     for part in (java, java_home / "lib" / "modules", java_home / "lib" / "server" / "libjvm.so"):
         stat = part.stat() if part.exists() else None
         digest.update(f"{part}:{stat.st_size if stat else 0}:{stat.st_mtime_ns if stat else 0}\n".encode())
-    # HotSpot maps an archive only for the class path it was written with: the jars' directory is part of it.
+    # HotSpot maps an archive only for the class path it was written with, each jar of the size and
+    # modification time it had then (an installation again, as in a fresh clone's virtual environment,
+    # has new times): the jars' directory, sizes and times are part of the name.
     jars = spark_jars().resolve()
     digest.update(f"{jars}\n".encode())
     for jar in sorted(jars.glob("*.jar")):
-        digest.update(f"{jar.name}:{jar.stat().st_size}\n".encode())
+        stat = jar.stat()
+        digest.update(f"{jar.name}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
     return cache_dir() / f"spark-driver-{digest.hexdigest()[:16]}.jsa"
 
 
@@ -154,8 +159,31 @@ def write_archive() -> Path:
             raise RuntimeError(f"the JVM wrote no class-data archive (exit {result.returncode}):\n{tail}")
         # The archive first, then its recorded size: a reader trusts the archive only when both agree.
         os.replace(written, path)
-        path.with_suffix(".json").write_text(json.dumps({"size": path.stat().st_size}) + "\n")
+        jars = str(spark_jars().resolve())
+        path.with_suffix(".json").write_text(json.dumps({"size": path.stat().st_size, "jars": jars}) + "\n")
+    remove_replaced_archives(path)
     return path
+
+
+def remove_replaced_archives(kept: Path) -> list[Path]:
+    """Removes the archives beside kept that no session can map any more: written for the same jars'
+    directory (whose jars have changed since), for a directory that is gone, or without a recorded
+    directory (an earlier naming). A JVM that maps one keeps its mapping. Returns the archives removed."""
+    jars = json.loads(kept.with_suffix(".json").read_text())["jars"]
+    removed = []
+    for record in sorted(kept.parent.glob("spark-driver-*.json")):
+        archive = record.with_suffix(".jsa")
+        if archive == kept:
+            continue
+        try:
+            written_for = json.loads(record.read_text()).get("jars")
+        except (OSError, ValueError):
+            written_for = None
+        if written_for is None or written_for == jars or not Path(written_for).is_dir():
+            archive.unlink(missing_ok=True)
+            record.unlink(missing_ok=True)
+            removed.append(archive)
+    return removed
 
 
 def main() -> int:

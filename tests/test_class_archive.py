@@ -36,7 +36,8 @@ def test_a_written_archive_is_mapped_by_the_next_fresh_session(tmp_path, monkeyp
     archive = class_archive.write_archive()
 
     assert archive.parent == tmp_path / "sparkml_par" / "class-archives"
-    assert json.loads(archive.with_suffix(".json").read_text())["size"] == archive.stat().st_size
+    record = json.loads(archive.with_suffix(".json").read_text())
+    assert record == {"size": archive.stat().st_size, "jars": str(class_archive.spark_jars().resolve())}
     assert sorted(archive.parent.iterdir()) == [archive, archive.with_suffix(".json")]  # no work left behind
     assert class_archive.write_archive() == archive  # found whole: not written again
     report = subprocess.run(
@@ -89,3 +90,52 @@ def test_a_users_own_class_data_setting_wins(tmp_path, monkeypatch):
         env = {"SPARK_SUBMIT_OPTS": options}
         assert class_archive.use_class_archive(env) is None
         assert env == {"SPARK_SUBMIT_OPTS": options}
+
+
+def _fake_spark_jars(tmp_path, monkeypatch):
+    jars = tmp_path / "pyspark" / "jars"
+    jars.mkdir(parents=True)
+    for name in ("spark-core.jar", "spark-sql.jar"):
+        (jars / name).write_bytes(b"jar")
+    monkeypatch.setattr(class_archive, "spark_jars", lambda: jars)
+    return jars
+
+
+def test_jars_installed_again_name_another_archive(tmp_path, monkeypatch):
+    """HotSpot refuses an archive when a jar's time differs (a fresh clone's virtual environment installs
+    the same jars at a new time): such an installation must not find the old archive."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    jars = _fake_spark_jars(tmp_path, monkeypatch)
+    before = class_archive.archive_path()
+    assert class_archive.archive_path() == before
+    stat = (jars / "spark-sql.jar").stat()
+    os.utime(jars / "spark-sql.jar", ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    assert class_archive.archive_path() != before
+
+
+def test_writing_an_archive_removes_those_no_session_can_map(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    jars = _fake_spark_jars(tmp_path, monkeypatch)
+    other_jars = tmp_path / "other-venv" / "jars"
+    other_jars.mkdir(parents=True)
+    cache = class_archive.cache_dir()
+    cache.mkdir(parents=True)
+
+    def archive(name, record):
+        path = cache / f"spark-driver-{name}.jsa"
+        path.write_bytes(b"\0" * 10)
+        path.with_suffix(".json").write_text(json.dumps(record))
+        return path
+
+    kept = archive("new", {"size": 10, "jars": str(jars)})
+    same_directory = archive("old", {"size": 10, "jars": str(jars)})
+    directory_gone = archive("gone", {"size": 10, "jars": str(tmp_path / "deleted-venv" / "jars")})
+    earlier_naming = archive("unnamed", {"size": 10})
+    another_install = archive("other", {"size": 10, "jars": str(other_jars)})
+
+    removed = class_archive.remove_replaced_archives(kept)
+
+    assert sorted(removed) == sorted([same_directory, directory_gone, earlier_naming])
+    left = sorted(path.name for path in cache.iterdir())
+    expected = [another_install.name, another_install.with_suffix(".json").name]
+    assert left == sorted(expected + [kept.name, kept.with_suffix(".json").name])
