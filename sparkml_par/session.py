@@ -107,7 +107,6 @@ def get_or_create_session(cfg: SparkConfig, log_file: Optional[Path] = None):
     archive = use_class_archive(os.environ)
     if archive is not None:
         log.debug("the driver JVM maps Spark's classes from %s", archive)
-    use_embedded_driver_heap(cfg.master, os.environ)
     builder = SparkSession.builder
     for key, value in session_settings(cfg).items():
         builder = builder.config(key, value)
@@ -123,34 +122,6 @@ def users_log_config(env: Mapping[str, str]) -> bool:
         return True
     conf_dir = env.get("SPARK_CONF_DIR") or (env.get("SPARK_HOME") and str(Path(env["SPARK_HOME"], "conf")))
     return bool(conf_dir) and any(Path(conf_dir, name).is_file() for name in _LOG4J2_FILES)
-
-
-def use_embedded_driver_heap(master: str, env: MutableMapping[str, str]) -> None:
-    """Gives a `local[N]` driver JVM started with env a quarter of the machine's memory (the JVM's own default
-    heap) instead of Spark's 1g, never less, unless SPARK_DRIVER_MEMORY is set already.
-
-    Under local[N] the driver JVM is also the executor: every task's reads, cached rows and shuffles share
-    its heap. With 1g, prepare of a 1,000,000 x 32 Parquet file in one row group (as pandas writes it) ran
-    out of heap while caching the validated rows, and the JVM exited (java.lang.OutOfMemoryError); with a
-    quarter of a 24 GiB machine it prepared in 55 s. spark-submit reads SPARK_DRIVER_MEMORY last, after
-    --driver-memory, spark.driver.memory (the session's settings, spark-defaults.conf): a heap chosen
-    there wins. Other masters' executors have heaps of their own, and their drivers keep Spark's default.
-    """
-    if master == "local" or master.startswith("local["):
-        env.setdefault("SPARK_DRIVER_MEMORY", f"{max(1024, machine_memory() // 4 // 2**20)}m")
-
-
-def machine_memory() -> int:
-    """Bytes of memory this process's container may use: the machine's, or its cgroup's limit when lower."""
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    for limit_file in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            limit = Path(limit_file).read_text().strip()
-        except OSError:
-            continue
-        if limit.isdigit():
-            total = min(total, int(limit))
-    return total
 
 
 def use_driver_log_config(env: MutableMapping[str, str]) -> None:

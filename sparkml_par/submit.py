@@ -22,19 +22,17 @@ import threading
 from pathlib import Path
 from typing import NoReturn, Optional, Sequence
 
-from sparkml_par.session import LOOPBACK, is_local_master, use_driver_log_config, use_embedded_driver_heap
+from sparkml_par.session import LOOPBACK, is_local_master, use_driver_log_config
 
 
 def submit_environment(environ: dict[str, str], args: Sequence[str]) -> dict[str, str]:
     """The environment for pyspark's spark-submit: SPARK_HOME, the Python interpreters, the driver's log4j2
-    config and, for a local master, the loopback address and the driver's heap (as sparkml_par.session sets
-    them), each unless set."""
+    config and, for a local master, the loopback address (as sparkml_par.session binds it), each unless set."""
     import pyspark
 
     env = dict(environ)
     if is_local_master(_master(args)):
         env.setdefault("SPARK_LOCAL_IP", LOOPBACK)
-    use_embedded_driver_heap(_master(args), env)
     env.setdefault("SPARK_HOME", str(Path(pyspark.__file__).parent))
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     env.setdefault("PYSPARK_DRIVER_PYTHON", env["PYSPARK_PYTHON"])

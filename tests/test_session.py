@@ -136,58 +136,6 @@ def test_the_driver_starts_with_the_projects_log_config_unless_the_user_or_clust
         assert cluster == unchanged
 
 
-# A fresh process's session on local[2], and the heap its driver JVM got.
-_HEAP_REPORT = """
-from sparkml_par.config import SparkConfig
-from sparkml_par.session import get_or_create_session
-
-spark, _ = get_or_create_session(SparkConfig(master="local[2]"))
-print("HEAP", spark.sparkContext._jvm.java.lang.Runtime.getRuntime().maxMemory())
-spark.stop()
-"""
-
-
-def _driver_heap(env) -> int:
-    import subprocess
-
-    report = subprocess.run([sys.executable, "-c", _HEAP_REPORT], env=env, capture_output=True, text=True, timeout=300)
-    assert report.returncode == 0, report.stderr[-3000:]
-    return int(next(line.split()[1] for line in report.stdout.splitlines() if line.startswith("HEAP ")))
-
-
-def test_an_embedded_driver_gets_a_quarter_of_the_machine_unless_a_heap_was_chosen(tmp_path):
-    """local[N] runs every task in the driver JVM, whose heap Spark sets to 1g: too small for a stranger's
-    1,000,000-row Parquet file. A heap the user chose (here in Spark's own spark-defaults.conf, which
-    spark-submit reads before SPARK_DRIVER_MEMORY) is kept."""
-    import os
-
-    from sparkml_par.session import machine_memory
-
-    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_DRIVER_MEMORY", "PYSPARK_SUBMIT_ARGS")}
-    env.pop("SPARK_CONF_DIR", None)
-    quarter = machine_memory() // 4
-    # The JVM reports its heap less one survivor space, rounded to its heap regions.
-    assert abs(_driver_heap(env) - quarter) < 0.15 * quarter
-    (tmp_path / "spark-defaults.conf").write_text("spark.driver.memory   1200m\n")
-    assert abs(_driver_heap({**env, "SPARK_CONF_DIR": str(tmp_path)}) - 1200 * 2**20) < 0.15 * 1200 * 2**20
-
-
-def test_the_driver_heap_is_left_to_the_cluster_and_the_user():
-    from sparkml_par.session import machine_memory, use_embedded_driver_heap
-
-    for master in ("local-cluster[2,1,1024]", "spark://head:7077", "yarn"):
-        env = {}
-        use_embedded_driver_heap(master, env)
-        assert env == {}
-    env = {"SPARK_DRIVER_MEMORY": "2g"}
-    use_embedded_driver_heap("local[2]", env)
-    assert env == {"SPARK_DRIVER_MEMORY": "2g"}
-    for master in ("local", "local[*]"):
-        env = {}
-        use_embedded_driver_heap(master, env)
-        assert env == {"SPARK_DRIVER_MEMORY": f"{max(1024, machine_memory() // 4 // 2**20)}m"}
-
-
 # A job whose one task needs a 1 GB string in a driver JVM of 600 MB.
 _OUT_OF_HEAP = """
 from sparkml_par.config import SparkConfig
