@@ -161,15 +161,15 @@ def write_archive() -> Path:
         os.replace(written, path)
         jars = str(spark_jars().resolve())
         path.with_suffix(".json").write_text(json.dumps({"size": path.stat().st_size, "jars": jars}) + "\n")
-    remove_replaced_archives(path)
+    remove_replaced_archives(path, jars)
     return path
 
 
-def remove_replaced_archives(kept: Path) -> list[Path]:
-    """Removes the archives beside kept that no session can map any more: written for the same jars'
-    directory (whose jars have changed since), for a directory that is gone, or without a recorded
-    directory (an earlier naming). A JVM that maps one keeps its mapping. Returns the archives removed."""
-    jars = json.loads(kept.with_suffix(".json").read_text())["jars"]
+def remove_replaced_archives(kept: Path, jars: str) -> list[Path]:
+    """Removes the archives beside kept, just written for the jars' directory jars, that no session can map
+    any more: written for the same directory (whose jars have changed since), for a directory that is gone,
+    or without a recorded directory (an earlier naming). A JVM that maps one keeps its mapping. Returns the
+    archives removed."""
     removed = []
     for record in sorted(kept.parent.glob("spark-driver-*.json")):
         archive = record.with_suffix(".jsa")

@@ -162,7 +162,7 @@ def spark_session(cfg: SparkConfig, log_file: Optional[Path] = None) -> Iterator
     try:
         yield session
     except Exception as exc:
-        exit_code = _driver_exit_code(_EXIT_WAIT_S if _from_py4j(exc) else 0)
+        exit_code = _driver_exit_code(_EXIT_WAIT_S if _driver_may_be_exiting(exc) else 0)
         if exit_code is None:
             raise
         raise SparkmlParError(_driver_exit_message(cfg, exit_code)) from exc
@@ -171,17 +171,28 @@ def spark_session(cfg: SparkConfig, log_file: Optional[Path] = None) -> Iterator
             session.stop()
 
 
-# How long a Py4J error waits for the driver JVM to finish exiting: Spark reports a task's OutOfMemoryError,
-# failing the job, before its handler exits the JVM.
+# How long an error that may come from a dying driver JVM waits for it to finish exiting: Spark reports a
+# task's OutOfMemoryError, failing the job, before its handler exits the JVM.
 _EXIT_WAIT_S = 10
+_DYING_DRIVER_SIGNS = ("OutOfMemoryError", "because SparkContext was shut down")
 
 
-def _from_py4j(exc: BaseException) -> bool:
-    """Whether exc, or an error it was raised from or during, is Py4J's (a Java error, a lost connection);
-    never for the project's own errors, which say what went wrong already."""
+def _driver_may_be_exiting(exc: BaseException) -> bool:
+    """Whether exc, or an error it was raised from or during, says the driver JVM may be going: a lost
+    connection to it, an OutOfMemoryError, or the SparkContext shut down under the job (what Spark's handler
+    of an uncaught error does before it exits the JVM). A job failing in a healthy JVM reports at once; the
+    project's own errors say what went wrong already."""
+    from py4j.protocol import Py4JNetworkError
+
     seen: Optional[BaseException] = exc
     while seen is not None and not isinstance(seen, SparkmlParError):
-        if type(seen).__module__.startswith("py4j"):
+        if isinstance(seen, (ConnectionError, Py4JNetworkError)):
+            return True
+        try:
+            text = str(seen)  # a Py4JJavaError asks the JVM for its stack trace
+        except Exception:
+            return True
+        if any(sign in text for sign in _DYING_DRIVER_SIGNS):
             return True
         seen = seen.__cause__ if seen.__cause__ is not None or seen.__suppress_context__ else seen.__context__
     return False
@@ -205,7 +216,8 @@ def _driver_exit_code(wait_s: float) -> Optional[int]:
 
 def _driver_exit_message(cfg: SparkConfig, exit_code: int) -> str:
     if exit_code == _SPARK_OOM_EXIT:
-        runs_tasks = " (on a local master it also runs every task)" if is_local_master(cfg.master) else ""
+        in_process = cfg.master == "local" or cfg.master.startswith("local[")
+        runs_tasks = " (on a local master it also runs every task)" if in_process else ""
         return (
             f"Spark's driver JVM ran out of heap (java.lang.OutOfMemoryError, exit code {exit_code}) and exited"
             f"{runs_tasks}; give it a bigger heap with spark.conf.spark.driver.memory (e.g. "

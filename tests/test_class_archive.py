@@ -133,7 +133,7 @@ def test_writing_an_archive_removes_those_no_session_can_map(tmp_path, monkeypat
     earlier_naming = archive("unnamed", {"size": 10})
     another_install = archive("other", {"size": 10, "jars": str(other_jars)})
 
-    removed = class_archive.remove_replaced_archives(kept)
+    removed = class_archive.remove_replaced_archives(kept, str(jars))
 
     assert sorted(removed) == sorted([same_directory, directory_gone, earlier_naming])
     left = sorted(path.name for path in cache.iterdir())

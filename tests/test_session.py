@@ -166,3 +166,35 @@ def test_a_driver_jvm_out_of_heap_is_one_clear_error():
         "(e.g. spark.conf.spark.driver.memory=8g)"
     )
     assert "Py4JNetworkError" not in result.stderr  # no failed stop() of the dead JVM after it
+
+
+def test_only_an_error_from_a_dying_driver_jvm_waits_for_it_to_exit(spark):
+    """A job that fails in a healthy JVM reports at once; a lost connection or an OutOfMemoryError waits."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import NumberFormatException
+
+    from sparkml_par.errors import SparkmlParError
+    from sparkml_par.session import _driver_may_be_exiting
+
+    with pytest.raises(Py4JJavaError) as raw:  # a Java exception pyspark has no Python class for
+        spark._jvm.java.util.ArrayList().get(5)
+    with pytest.raises(NumberFormatException) as converted:
+        spark.sql("SELECT CAST('not a number' AS INT)").collect()
+    assert not _driver_may_be_exiting(raw.value)
+    assert not _driver_may_be_exiting(converted.value)
+    assert not _driver_may_be_exiting(SparkmlParError("the project's own error"))
+
+    lost = RuntimeError("An error occurred while calling o42.collectToPython")
+    lost.__context__ = ConnectionRefusedError(111, "Connection refused")  # raised while handling it
+    assert _driver_may_be_exiting(lost)
+    assert _driver_may_be_exiting(RuntimeError("Job aborted: java.lang.OutOfMemoryError: Java heap space"))
+    assert _driver_may_be_exiting(RuntimeError("SparkException: Job 0 cancelled because SparkContext was shut down"))
+
+
+def test_the_out_of_heap_error_says_the_driver_runs_the_tasks_only_on_local_n():
+    from sparkml_par.session import _driver_exit_message
+
+    in_process = _driver_exit_message(SparkConfig(master="local[2]"), 52)
+    assert "(on a local master it also runs every task)" in in_process
+    for master in ("local-cluster[2,1,1024]", "spark://10.0.0.1:7077"):
+        assert "runs every task" not in _driver_exit_message(SparkConfig(master=master), 52)
