@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterator, Mapping, MutableMapping, Optional
 
 from sparkml_par.class_archive import use_class_archive
 from sparkml_par.config import SparkConfig
+from sparkml_par.driver_gc import driver_submit_opts
 from sparkml_par.errors import ConfigError, SparkmlParError
 
 log = logging.getLogger(__name__)
@@ -110,9 +111,26 @@ def get_or_create_session(cfg: SparkConfig, log_file: Optional[Path] = None):
     builder = SparkSession.builder
     for key, value in session_settings(cfg).items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    # For this JVM only: a later session's settings may choose a collector of their own.
+    with _environment_variable("SPARK_SUBMIT_OPTS", driver_submit_opts(cfg.master, cfg.conf.values(), os.environ)):
+        session = builder.getOrCreate()
     _configure_driver_log(session, log_file)
     return session, True
+
+
+@contextlib.contextmanager
+def _environment_variable(name: str, value: Optional[str]) -> Iterator[None]:
+    """os.environ[name] is value inside the block (unchanged when value is None), as it was after it."""
+    before = os.environ.get(name)
+    if value is not None:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
 
 
 def users_log_config(env: Mapping[str, str]) -> bool:

@@ -4,8 +4,9 @@ pyspark's own `bin/spark-submit` finds its Spark by running whatever `python3` i
 spark-submit then runs the job script, and the executors, with `python3` too: from a shell where this
 environment is not activated both are some other interpreter, and the submit fails before Spark starts.
 This wrapper names the interpreter it runs under (unless the user named one), starts the driver JVM
-with the project's log4j2 config (Spark's INFO start-up lines stay out of the console), and runs
-pyspark's spark-submit with the arguments unchanged.
+with the project's log4j2 config (Spark's INFO start-up lines stay out of the console) and, on a local
+master, the parallel garbage collector (sparkml_par.driver_gc), and runs pyspark's spark-submit with the
+arguments unchanged.
 
 spark-submit merges a Python job's stderr into its stdout; the job points its stderr back at the JVM's
 (logs.stderr_apart_under_spark_submit), which this wrapper makes a pipe it copies to its own stderr,
@@ -22,32 +23,47 @@ import threading
 from pathlib import Path
 from typing import NoReturn, Optional, Sequence
 
+from sparkml_par.driver_gc import driver_submit_opts
 from sparkml_par.session import LOOPBACK, is_local_master, use_driver_log_config
 
 
 def submit_environment(environ: dict[str, str], args: Sequence[str]) -> dict[str, str]:
     """The environment for pyspark's spark-submit: SPARK_HOME, the Python interpreters, the driver's log4j2
-    config and, for a local master, the loopback address (as sparkml_par.session binds it), each unless set."""
+    config and, for a local master, the loopback address (as sparkml_par.session binds it) and the parallel
+    garbage collector (sparkml_par.driver_gc), each unless set."""
     import pyspark
 
     env = dict(environ)
-    if is_local_master(_master(args)):
+    master = _argument(args, "--master") or "local[*]"  # spark-submit's default
+    if is_local_master(master):
         env.setdefault("SPARK_LOCAL_IP", LOOPBACK)
     env.setdefault("SPARK_HOME", str(Path(pyspark.__file__).parent))
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     env.setdefault("PYSPARK_DRIVER_PYTHON", env["PYSPARK_PYTHON"])
     use_driver_log_config(env)
+    submit_opts = driver_submit_opts(master, [*args, *_properties_file(args)], env)
+    if submit_opts is not None:
+        env["SPARK_SUBMIT_OPTS"] = submit_opts
     return env
 
 
-def _master(args: Sequence[str]) -> str:
-    """spark-submit's --master (its default is local[*])."""
+def _argument(args: Sequence[str], name: str) -> Optional[str]:
+    """The value of spark-submit's option name (`--name value` or `--name=value`), None when not given."""
     for index, arg in enumerate(args):
-        if arg == "--master" and index + 1 < len(args):
+        if arg == name and index + 1 < len(args):
             return args[index + 1]
-        if arg.startswith("--master="):
+        if arg.startswith(f"{name}="):
             return arg.partition("=")[2]
-    return "local[*]"
+    return None
+
+
+def _properties_file(args: Sequence[str]) -> list[str]:
+    """The lines of the --properties-file spark-submit reads, if one is named and readable."""
+    path = _argument(args, "--properties-file")
+    try:
+        return Path(path).read_text(errors="replace").splitlines() if path else []
+    except OSError:
+        return []
 
 
 def main(argv: Optional[Sequence[str]] = None) -> NoReturn:
