@@ -5,8 +5,8 @@ spark-submit then runs the job script, and the executors, with `python3` too: fr
 environment is not activated both are some other interpreter, and the submit fails before Spark starts.
 This wrapper names the interpreter it runs under (unless the user named one), starts the driver JVM
 with the project's log4j2 config (Spark's INFO start-up lines stay out of the console) and, on a local
-master, the parallel garbage collector (sparkml_par.driver_gc), and runs pyspark's spark-submit with the
-arguments unchanged.
+master, the parallel garbage collector (sparkml_par.session.driver_submit_opts), and runs pyspark's
+spark-submit with the arguments unchanged.
 
 spark-submit merges a Python job's stderr into its stdout; the job points its stderr back at the JVM's
 (logs.stderr_apart_under_spark_submit), which this wrapper makes a pipe it copies to its own stderr,
@@ -23,14 +23,13 @@ import threading
 from pathlib import Path
 from typing import NoReturn, Optional, Sequence
 
-from sparkml_par.driver_gc import driver_submit_opts
-from sparkml_par.session import LOOPBACK, is_local_master, use_driver_log_config
+from sparkml_par.session import LOOPBACK, driver_submit_opts, is_local_master, use_driver_log_config
 
 
 def submit_environment(environ: dict[str, str], args: Sequence[str]) -> dict[str, str]:
     """The environment for pyspark's spark-submit: SPARK_HOME, the Python interpreters, the driver's log4j2
     config and, for a local master, the loopback address (as sparkml_par.session binds it) and the parallel
-    garbage collector (sparkml_par.driver_gc), each unless set."""
+    garbage collector (session.driver_submit_opts), each unless set."""
     import pyspark
 
     env = dict(environ)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from sparkml_par.driver_gc import THROUGHPUT_GC, driver_submit_opts
+from sparkml_par.session import THROUGHPUT_GC, driver_submit_opts
 from sparkml_par.submit import submit_environment
 
 
