@@ -281,6 +281,34 @@ def test_the_functions_own_arguments_reach_it_untouched(spark):
     ]
 
 
+START_TWICE = """
+import os
+import horovod.torch as hvd
+import torch
+
+settings = {"HOROVOD_CYCLE_TIME": "5", "HOROVOD_FUSION_THRESHOLD": "0", "HOROVOD_CACHE_CAPACITY": "0"}
+sums = []
+for environ in (settings, {}):
+    os.environ.update(environ)
+    hvd.init()
+    sums.append(hvd.allreduce(torch.ones(3), op=hvd.Sum).tolist())
+    hvd.shutdown()
+    for name in environ:
+        del os.environ[name]
+print(sums)
+"""
+
+
+def test_horovod_starts_again_in_a_process_whose_last_start_had_settings():
+    # Spark runs a later launch's ranks in the Python workers of an earlier one. Unpatched, Horovod 0.28.1
+    # kept the earlier cycle time and fusion threshold and, with both set, crashed (SIGSEGV) in the next
+    # hvd.init(); the build's patch starts every init from Horovod's defaults.
+    environ = {name: value for name, value in os.environ.items() if not name.startswith("HOROVOD_")}
+    done = subprocess.run([sys.executable, "-c", START_TWICE], capture_output=True, text=True, timeout=120, env=environ)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "[[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]]"
+
+
 def test_invalid_arguments_are_refused(spark):
     with pytest.raises(SparkmlParError, match="num_proc=-1 must be positive"):
         launch.Launcher(num_proc=-1)
