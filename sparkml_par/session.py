@@ -13,6 +13,7 @@ import os
 import re
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, MutableMapping, Optional
 
@@ -241,16 +242,41 @@ def spark_session(cfg: SparkConfig, log_file: Optional[Path] = None) -> Iterator
     a lost connection and a chain of Py4J errors: the job's error says what happened and what to change.
     """
     session, created = get_or_create_session(cfg, log_file)
+    failed = False
     try:
         yield session
     except Exception as exc:
+        failed = True
         exit_code = _driver_exit_code(_EXIT_WAIT_S if _driver_may_be_exiting(exc) else 0)
         if exit_code is None:
             raise
         raise SparkmlParError(_driver_exit_message(cfg, exit_code)) from exc
     finally:
         if created and _driver_exit_code(0) is None:
+            if failed:
+                _cancel_and_await_tasks(session.sparkContext, _TASKS_END_WAIT_S)
             session.stop()
+
+
+# How long a failed job's session waits for its cancelled tasks to end before it stops.
+_TASKS_END_WAIT_S = 10
+
+
+def _cancel_and_await_tasks(sc, wait_s: float) -> None:
+    """Cancels every job and waits until no executor runs a task, at most wait_s. A job fails as soon as it
+    is cancelled, but its tasks end later; a task's end that reaches a stopped scheduler is logged as an
+    ERROR with a Java stack trace on the console, above the job's own error (a barrier stage whose rank
+    failed, on a loaded machine)."""
+    from py4j.protocol import Py4JError
+
+    try:
+        sc.cancelAllJobs()
+        tracker = sc._jsc.sc().statusTracker()
+        deadline = time.monotonic() + wait_s
+        while any(info.numRunningTasks() > 0 for info in tracker.getExecutorInfos()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    except Py4JError:  # a driver JVM that no longer answers: the job's own error is the one to report
+        pass
 
 
 # How long an error that may come from a dying driver JVM waits for it to finish exiting: Spark reports a

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 
 import pytest
 
@@ -12,11 +13,13 @@ from sparkml_par.errors import ConfigError
 from sparkml_par.session import (
     LOOPBACK,
     SPARK_LOG_CONFIG,
+    _cancel_and_await_tasks,
     get_or_create_session,
     session_settings,
     spark_session,
     use_driver_log_config,
 )
+from sparkml_par.spark_jobs import BackgroundJob
 
 
 def test_embedded_default_binds_to_loopback(spark):
@@ -198,3 +201,23 @@ def test_the_out_of_heap_error_says_the_driver_runs_the_tasks_only_on_local_n():
     assert "(on a local master it also runs every task)" in in_process
     for master in ("local-cluster[2,1,1024]", "spark://10.0.0.1:7077"):
         assert "runs every task" not in _driver_exit_message(SparkConfig(master=master), 52)
+
+
+def _running_tasks(sc) -> int:
+    return sum(info.numRunningTasks() for info in sc._jsc.sc().statusTracker().getExecutorInfos())
+
+
+def test_a_failed_jobs_session_stops_only_after_its_cancelled_tasks_end(spark):
+    # A cancelled job fails at once while its tasks are still being killed; stopping Spark then made their
+    # late ends log an ERROR with a Java stack trace above the job's own error.
+    sc = spark.sparkContext
+    job = BackgroundJob(sc, lambda: sc.parallelize(range(2), 2).foreach(lambda _: time.sleep(120)), "sleeping tasks")
+    deadline = time.monotonic() + 60
+    while _running_tasks(sc) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _running_tasks(sc) == 2
+    _cancel_and_await_tasks(sc, 60)
+    assert _running_tasks(sc) == 0
+    assert job.wait(10)
+    with pytest.raises(Exception, match="cancelled"):
+        job.result()
