@@ -271,12 +271,16 @@ def _cancel_and_await_tasks(sc, wait_s: float) -> None:
 
     try:
         sc.cancelAllJobs()
-        tracker = sc._jsc.sc().statusTracker()
         deadline = time.monotonic() + wait_s
-        while any(info.numRunningTasks() > 0 for info in tracker.getExecutorInfos()) and time.monotonic() < deadline:
+        while running_tasks(sc) > 0 and time.monotonic() < deadline:
             time.sleep(0.05)
     except Py4JError:  # a driver JVM that no longer answers: the job's own error is the one to report
         pass
+
+
+def running_tasks(sc) -> int:
+    """Tasks running on all executors now, as Spark's status tracker counts them."""
+    return sum(info.numRunningTasks() for info in sc._jsc.sc().statusTracker().getExecutorInfos())
 
 
 # How long an error that may come from a dying driver JVM waits for it to finish exiting: Spark reports a

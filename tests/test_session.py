@@ -15,6 +15,7 @@ from sparkml_par.session import (
     SPARK_LOG_CONFIG,
     _cancel_and_await_tasks,
     get_or_create_session,
+    running_tasks,
     session_settings,
     spark_session,
     use_driver_log_config,
@@ -203,21 +204,17 @@ def test_the_out_of_heap_error_says_the_driver_runs_the_tasks_only_on_local_n():
         assert "runs every task" not in _driver_exit_message(SparkConfig(master=master), 52)
 
 
-def _running_tasks(sc) -> int:
-    return sum(info.numRunningTasks() for info in sc._jsc.sc().statusTracker().getExecutorInfos())
-
-
 def test_a_failed_jobs_session_stops_only_after_its_cancelled_tasks_end(spark):
     # A cancelled job fails at once while its tasks are still being killed; stopping Spark then made their
     # late ends log an ERROR with a Java stack trace above the job's own error.
     sc = spark.sparkContext
     job = BackgroundJob(sc, lambda: sc.parallelize(range(2), 2).foreach(lambda _: time.sleep(120)), "sleeping tasks")
     deadline = time.monotonic() + 60
-    while _running_tasks(sc) < 2 and time.monotonic() < deadline:
+    while running_tasks(sc) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _running_tasks(sc) == 2
+    assert running_tasks(sc) == 2
     _cancel_and_await_tasks(sc, 60)
-    assert _running_tasks(sc) == 0
+    assert running_tasks(sc) == 0
     assert job.wait(10)
     with pytest.raises(Exception, match="cancelled"):
         job.result()
