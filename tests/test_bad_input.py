@@ -427,8 +427,8 @@ CASES = [
         "score-one-short-row",
         _score("score.input={tmp}/in", write_input=_one_short_row),
         needs_model=True,
-        error=r"^scoring input: row with _row_id=\d+ has 3 features values but the model expects 4; fix or remove "
-        r"that row$",
+        error=r"^scoring input: row with _row_id=\d+ has 3 features values but the model expects 4 "
+        r"\(input shape \[4\]\); fix or remove that row, or score data prepared like the model's dataset '.*'$",
     ),
     Case(
         "score-truncated-parquet-file",

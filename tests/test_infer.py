@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -335,15 +336,49 @@ def test_features_of_the_wrong_type(spark, classifier):
         score(spark, df, f"{root}/train/model")
 
 
-def test_features_of_the_wrong_length(spark, classifier):
+def _with_jobs(spark, call):
+    """(call()'s result, the ids of the Spark jobs it ran). The status tracker learns of jobs in
+    their order, so once a later job in another group shows, any job of call() shows too."""
+    sc = spark.sparkContext
+    sc.setJobGroup("measured-call", "the call whose jobs are counted")
+    try:
+        result = call()
+        sc.setJobGroup("after-measured-call", "a job after it")
+        spark.range(1).collect()
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    deadline = time.monotonic() + 60
+    while not sc.statusTracker().getJobIdsForGroup("after-measured-call") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return result, list(sc.statusTracker().getJobIdsForGroup("measured-call"))
+
+
+def test_features_of_the_wrong_length_fail_the_lazy_predictions_naming_row_width_and_fix(spark, classifier):
+    """score() reads no row: the first action over its predictions fails at a row of the wrong width."""
     root, _ = classifier
     df = spark.read.parquet(f"{root}/dataset/test").selectExpr("_row_id", "slice(features, 1, 5) as features")
+    predictions, jobs = _with_jobs(spark, lambda: score(spark, df, f"{root}/train/model"))
+    assert jobs == []
+    with pytest.raises(
+        Exception,
+        match=r"score input: row with _row_id=\d+ has 5 features values but the model expects 8 "
+        r"\(input shape \[8\]\); fix or remove that row, or score data prepared like the model's dataset '.*dataset'",
+    ):
+        predictions.collect()
+
+
+def test_a_whole_input_of_another_width_is_named_as_such_by_the_scoring_job(spark, classifier, tmp_path):
+    root, _ = classifier
+    df = spark.read.parquet(f"{root}/dataset/test")
+    df.selectExpr("_row_id", "slice(features, 1, 5) as features", "label").write.parquet(str(tmp_path / "narrow"))
+    cfg = _config(root, f"score.input={tmp_path}/narrow", f"score.output={tmp_path}/out")
     with pytest.raises(
         SparkmlParError,
-        match=r"'features' arrays have 5 values, but the model expects 8 "
-        r"\(input shape \[8\]\)",
+        match=r"^scoring input: 'features' arrays have 5 values, but the model expects 8 \(input shape \[8\]\); "
+        r"score data prepared like the model's dataset",
     ):
-        score(spark, df, f"{root}/train/model")
+        score_job(spark, cfg)
+    assert not (tmp_path / "out").exists()
 
 
 def test_one_bad_row_fails_the_job_naming_the_row(spark, classifier, tmp_path):
@@ -356,7 +391,7 @@ def test_one_bad_row_fails_the_job_naming_the_row(spark, classifier, tmp_path):
     with pytest.raises(
         SparkmlParError,
         match=rf"row with _row_id={last} has 3 features values but the model "
-        rf"expects 8; fix or remove that row",
+        rf"expects 8 \(input shape \[8\]\); fix or remove that row",
     ):
         score_job(spark, cfg)
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob("out.*"))

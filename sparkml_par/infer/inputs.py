@@ -140,40 +140,61 @@ def _require_raw_columns(columns: list[str], description: dict[str, Any]) -> Non
 
 
 def checked_features(df, description: dict[str, Any], id_column: str):
-    """The `features` column as array<float>, failing any row whose length differs from the model's input."""
-    from pyspark.ml.linalg import VectorUDT
+    """The `features` column as array<float>, failing the scoring job at the first row whose length differs
+    from the model's input.
+
+    No Spark job runs here: the predictions stay lazy, and a user's DataFrame (a join, an aggregate) is
+    computed once, by the scoring job, not once more for a look at its first row. `width_mismatch` tells
+    a whole input of the wrong width from one bad row after such a job failed.
+    """
     from pyspark.sql import functions as F
-    from pyspark.sql.types import ArrayType, NumericType
 
     size = input_size(description)
-    dtype = df.schema[FEATURES].dataType
-    if isinstance(dtype, VectorUDT):
-        from pyspark.ml.functions import vector_to_array
-
-        column = vector_to_array(F.col(FEATURES), "float32")
-    elif isinstance(dtype, ArrayType) and isinstance(dtype.elementType, NumericType):
-        column = F.col(FEATURES).cast("array<float>")
-    else:
-        raise SparkmlParError(
-            f"scoring input: column {FEATURES!r} has type {dtype.simpleString()}, but the model reads an array of "
-            f"{size} numbers (array<float>) or an ML vector; pass the prepared dataset, or the raw columns "
-            f"{description.get('raw_feature_columns')!r} without a {FEATURES!r} column so the feature pipeline "
-            f"builds it"
-        )
-    first = df.select(F.size(column).alias("n")).where(F.col("n") >= 0).limit(1).collect()
-    if first and first[0]["n"] != size:
-        raise SparkmlParError(
-            f"scoring input: {FEATURES!r} arrays have {first[0]['n']} values, but the model expects {size} "
-            f"(input shape {description['spec']['input_shape']}); score data prepared like the model's dataset "
-            f"{description.get('dataset')!r}"
-        )
+    column = _features_as_floats(df, description)
     message = F.format_string(
-        f"{ROW_CHECK_PREFIX}row with {id_column}=%s has %s {FEATURES} values but the model expects {size}; "
-        f"fix or remove that row",
+        f"{ROW_CHECK_PREFIX}row with {id_column}=%s has %s {FEATURES} values but the model expects {size} "
+        f"(input shape {description['spec']['input_shape']}); fix or remove that row, or score data prepared "
+        f"like the model's dataset {description.get('dataset')!r}",
         F.col(f"`{id_column}`").cast("string"),
         F.coalesce(F.size(column).cast("string"), F.lit("null")),
     )
     return F.when(F.size(column) == size, column).otherwise(F.raise_error(message))
+
+
+def width_mismatch(df, description: dict[str, Any]) -> SparkmlParError | None:
+    """The error for an input whose first row already has another length than the model's input: the data
+    was prepared for another model, not one bad row. A Spark job: for the failure path only."""
+    from pyspark.sql import functions as F
+
+    size = input_size(description)
+    first = df.select(F.size(_features_as_floats(df, description)).alias("n")).where(F.col("n") >= 0).limit(1).collect()
+    if not first or first[0]["n"] == size:
+        return None
+    return SparkmlParError(
+        f"scoring input: {FEATURES!r} arrays have {first[0]['n']} values, but the model expects {size} "
+        f"(input shape {description['spec']['input_shape']}); score data prepared like the model's dataset "
+        f"{description.get('dataset')!r}"
+    )
+
+
+def _features_as_floats(df, description: dict[str, Any]):
+    from pyspark.ml.linalg import VectorUDT
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType, NumericType
+
+    dtype = df.schema[FEATURES].dataType
+    if isinstance(dtype, VectorUDT):
+        from pyspark.ml.functions import vector_to_array
+
+        return vector_to_array(F.col(FEATURES), "float32")
+    if isinstance(dtype, ArrayType) and isinstance(dtype.elementType, NumericType):
+        return F.col(FEATURES).cast("array<float>")
+    raise SparkmlParError(
+        f"scoring input: column {FEATURES!r} has type {dtype.simpleString()}, but the model reads an array of "
+        f"{input_size(description)} numbers (array<float>) or an ML vector; pass the prepared dataset, or the raw "
+        f"columns {description.get('raw_feature_columns')!r} without a {FEATURES!r} column so the feature pipeline "
+        f"builds it"
+    )
 
 
 def require_id_column(df, id_column: str) -> None:

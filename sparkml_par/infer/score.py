@@ -114,7 +114,9 @@ def _score_job(spark, cfg: Config, step: JobName) -> ScoreResult:
     staging = staging_url(url)
     try:
         step.rename("score: predict and write")
-        _run_spark_action(lambda: predictions.write.parquet(staging), source)
+        _run_spark_action(
+            lambda: predictions.write.parquet(staging), source, lambda: inputs.width_mismatch(scoring.rows, description)
+        )
         step.rename("score: quarantine")
         rejected = _write_rejected(scoring, staging)
         seconds = time.monotonic() - started
@@ -165,15 +167,21 @@ def _write_rejected(scoring: inputs.ScoringInput, staging: str) -> dict[str, Any
     }
 
 
-def _run_spark_action(action, source: str) -> None:
+def _run_spark_action(action, source: str, width_mismatch) -> None:
     """Runs a Spark action; a failed per-row input check, or an input file Spark cannot read, becomes a
-    SparkmlParError with the row's message or the file's name."""
+    SparkmlParError with the row's message or the file's name. A row of the wrong length whose input
+    begins with one too is reported as data of another width (`width_mismatch()`, a job of its own)."""
     from data_prep.ingest import unreadable_file_error
 
     try:
         action()
     except Exception as exc:
-        error = inputs.user_error_in(exc) or unreadable_file_error(exc, "score.input", source, "Parquet")
+        row_error = inputs.user_error_in(exc)
+        error = (
+            (width_mismatch() or row_error)
+            if row_error
+            else unreadable_file_error(exc, "score.input", source, "Parquet")
+        )
         if error is None:
             raise
         raise error from None
