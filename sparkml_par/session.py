@@ -50,6 +50,11 @@ def session_settings(cfg: SparkConfig) -> dict[str, str]:
         # Py4J round trips a call; the project builds its expressions itself, a few per column (prepare of
         # digits as 64 Parquet columns: 17,829 -> 5,829 round trips, 10.0 -> 7.2 s warm, cProfile).
         "spark.python.sql.dataFrameDebugging.enabled": "false",
+        # Spark keeps a pool of Python workers per environment. Its SQL runners (mapInArrow: scoring, dataset
+        # writes) add this variable, its RDD runners (the training barrier stage) do not, so scoring after
+        # training started workers of its own and imported torch again (digits `sparkml-par run`: the
+        # scoring job 2.2 s). Given to every Python function, it makes one pool whose workers keep their imports.
+        "spark.executorEnv.SPARK_SIMPLIFIED_TRACEBACK": "1",
     }
     if is_local_master(cfg.master):
         settings.update(
