@@ -68,3 +68,31 @@ def test_workers_freeze_what_their_imports_loaded(spark):
         assert frozen >= tracked_before - tracked_after
         assert frozen_later == frozen  # nothing imported since: the cycle was not frozen ...
         assert collected >= 1  # ... and the collector reclaimed it
+
+
+def _worker_pid(_):
+    import os
+
+    yield os.getpid()
+
+
+def _worker_pids_as_arrow(batches):
+    import os
+
+    import pyarrow as pa
+
+    for _ in batches:
+        pass
+    yield pa.RecordBatch.from_pydict({"pid": [os.getpid()]})
+
+
+def test_scoring_runs_in_the_workers_the_training_barrier_stage_started(spark):
+    """Spark keeps one pool of Python workers per environment: mapInArrow (scoring, dataset writes) and a
+    barrier stage of RDD tasks (training) must share one, or scoring imports torch again in new workers."""
+    trained_in = set(spark.sparkContext.parallelize(range(2), 2).barrier().mapPartitions(_worker_pid).collect())
+    scored_in = {
+        row.pid for row in spark.range(0, 2, 1, numPartitions=2).mapInArrow(_worker_pids_as_arrow, "pid long").collect()
+    }
+
+    assert len(trained_in) == 2
+    assert scored_in <= trained_in
