@@ -17,6 +17,7 @@ from sparkml_par.errors import SparkmlParError
 from sparkml_par.infer import score, score_job
 from sparkml_par.infer.metrics import classification_metrics
 from sparkml_par.models.registry import build_from_spec
+from sparkml_par.spark_jobs import spark_job
 from sparkml_par.train.artifact import load_model_artifact, write_model_artifact
 from sparkml_par.train.job import build_train_job, train
 
@@ -337,20 +338,17 @@ def test_features_of_the_wrong_type(spark, classifier):
 
 
 def _with_jobs(spark, call):
-    """(call()'s result, the ids of the Spark jobs it ran). The status tracker learns of jobs in
-    their order, so once a later job in another group shows, any job of call() shows too."""
+    """(call()'s result, the ids of the Spark jobs it ran). The status tracker learns of jobs in their order,
+    so once a later job in another group shows, any job of call() shows too."""
     sc = spark.sparkContext
-    sc.setJobGroup("measured-call", "the call whose jobs are counted")
-    try:
+    with spark_job(sc, "the call whose jobs are counted") as measured:
         result = call()
-        sc.setJobGroup("after-measured-call", "a job after it")
+    with spark_job(sc, "a job after it") as after:
         spark.range(1).collect()
-    finally:
-        sc.setLocalProperty("spark.jobGroup.id", None)
     deadline = time.monotonic() + 60
-    while not sc.statusTracker().getJobIdsForGroup("after-measured-call") and time.monotonic() < deadline:
+    while not sc.statusTracker().getJobIdsForGroup(after.group) and time.monotonic() < deadline:
         time.sleep(0.05)
-    return result, list(sc.statusTracker().getJobIdsForGroup("measured-call"))
+    return result, list(sc.statusTracker().getJobIdsForGroup(measured.group))
 
 
 def test_features_of_the_wrong_length_fail_the_lazy_predictions_naming_row_width_and_fix(spark, classifier):
