@@ -28,6 +28,7 @@ SPARK_LOG_CONFIG = Path(__file__).with_name("spark_log4j2.properties")
 SPARK_LOG_FILE_PROPERTY = "sparkml_par.spark_log"  # read by SPARK_LOG_CONFIG
 # The names Spark's log4j2 looks for on its classpath, which holds Spark's conf directory.
 _LOG4J2_FILES = ("log4j2.properties", "log4j2.xml", "log4j2.yaml", "log4j2.yml", "log4j2.json")
+_SQL_SIMPLIFIED_TRACEBACK = "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled"
 
 
 def is_local_master(master: str) -> bool:
@@ -50,12 +51,14 @@ def session_settings(cfg: SparkConfig) -> dict[str, str]:
         # Py4J round trips a call; the project builds its expressions itself, a few per column (prepare of
         # digits as 64 Parquet columns: 17,829 -> 5,829 round trips, 10.0 -> 7.2 s warm, cProfile).
         "spark.python.sql.dataFrameDebugging.enabled": "false",
+    }
+    if cfg.conf.get(_SQL_SIMPLIFIED_TRACEBACK, "true").strip().lower() == "true":
         # Spark keeps a pool of Python workers per environment. Its SQL runners (mapInArrow: scoring, dataset
         # writes) add this variable, its RDD runners (the training barrier stage) do not, so scoring after
-        # training started workers of its own and imported torch again (digits `sparkml-par run`: the
-        # scoring job 2.2 s). Given to every Python function, it makes one pool whose workers keep their imports.
-        "spark.executorEnv.SPARK_SIMPLIFIED_TRACEBACK": "1",
-    }
+        # training started workers of its own and imported torch again (digits `sparkml-par run`: the scoring
+        # job 2.2 s). Given to every Python function, it makes one pool whose workers keep their imports. With
+        # SQL's simplified tracebacks turned off, neither runner adds it: one pool, full tracebacks.
+        settings["spark.executorEnv.SPARK_SIMPLIFIED_TRACEBACK"] = "1"
     if is_local_master(cfg.master):
         settings.update(
             {

@@ -124,6 +124,12 @@ def test_user_settings_win_over_the_project_defaults():
     assert settings["spark.task.resource.gpu.amount"] == "0.5"
 
 
+def test_python_functions_share_sql_simplified_tracebacks_unless_the_user_turned_them_off():
+    assert session_settings(SparkConfig())["spark.executorEnv.SPARK_SIMPLIFIED_TRACEBACK"] == "1"
+    off = {"spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "false"}
+    assert "spark.executorEnv.SPARK_SIMPLIFIED_TRACEBACK" not in session_settings(SparkConfig(conf=off))
+
+
 def test_the_driver_starts_with_the_projects_log_config_unless_the_user_or_cluster_has_one(tmp_path):
     ours = f"-Dlog4j2.configurationFile={SPARK_LOG_CONFIG.as_uri()}"
     env = {"SPARK_SUBMIT_OPTS": "-Xss4m"}
