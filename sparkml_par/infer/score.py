@@ -177,11 +177,9 @@ def _run_spark_action(action, source: str, width_mismatch) -> None:
         action()
     except Exception as exc:
         row_error = inputs.user_error_in(exc)
-        error = (
-            (width_mismatch() or row_error)
-            if row_error
-            else unreadable_file_error(exc, "score.input", source, "Parquet")
-        )
+        if row_error is not None:
+            raise (width_mismatch() or row_error) from None
+        error = unreadable_file_error(exc, "score.input", source, "Parquet")
         if error is None:
             raise
         raise error from None
