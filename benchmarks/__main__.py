@@ -42,7 +42,7 @@ RESULTS_DIR = REPO / "benchmarks" / "results"
 PARTS: dict[str, list[str]] = {
     "convert": ["--job-rows", "200000"],
     "read": [],
-    "launch": ["--reps", "3", "--rounds", "1"],
+    "launch": ["--reps", "3", "--rounds", "3"],
     "train": ["--rounds", "1", "--plain-seconds", "2", "--mlp-variant", "none"],
     "train_steps": ["--rounds", "1"],
     "score": ["--rows", "200000"],

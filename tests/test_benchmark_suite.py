@@ -1,8 +1,10 @@
-"""The benchmark suite's README table: what `make bench` writes into the README, and where."""
+"""The benchmark suite's README table: what `make bench` writes into the README, and where; and the order in
+which the launch benchmark runs the blocks it compares."""
 
 import pytest
 
 from benchmarks.__main__ import README_BEGIN, README_END, readme_with_table
+from benchmarks.launch import _rotating_rounds
 from benchmarks.table import HEADER
 
 RECORD = {
@@ -40,3 +42,15 @@ def test_the_table_replaces_only_what_lies_between_the_markers():
 def test_a_readme_without_the_markers_is_named_with_the_fix():
     with pytest.raises(SystemExit, match="has no benchmark table to replace: put the lines"):
         readme_with_table("# Title\nno markers\n", RECORD, [HEADER])
+
+
+def test_compared_all_reduce_blocks_take_every_place_in_a_round_in_turn():
+    ran = []
+    blocks = {name: (lambda name=name: ran.append(name) or f"{name}{len(ran)}") for name in ("gloo", "hvd", "tuned")}
+    results = _rotating_rounds(blocks, 4)
+    assert ran == ["gloo", "hvd", "tuned", "hvd", "tuned", "gloo", "tuned", "gloo", "hvd", "gloo", "hvd", "tuned"]
+    assert results == {
+        "gloo": ["gloo1", "gloo6", "gloo8", "gloo10"],
+        "hvd": ["hvd2", "hvd4", "hvd9", "hvd11"],
+        "tuned": ["tuned3", "tuned5", "tuned7", "tuned12"],
+    }
