@@ -43,7 +43,7 @@ PARTS: dict[str, list[str]] = {
     "convert": ["--job-rows", "200000"],
     "read": [],
     "launch": ["--reps", "3", "--rounds", "3"],
-    "train": ["--rounds", "1", "--plain-seconds", "2", "--mlp-variant", "none"],
+    "train": ["--rounds", "2", "--plain-seconds", "2", "--mlp-variant", "none"],
     "train_steps": ["--rounds", "1"],
     "score": ["--rows", "200000"],
     "storage": ["--reps", "3"],

@@ -46,6 +46,7 @@ from benchmarks.baseline_venv import (
 )
 from benchmarks.horovod_timeline import median_phases, phase_durations
 from benchmarks.memory import PeakMemory
+from benchmarks.rounds import rotating_rounds
 from benchmarks.table import print_table, result_row
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -293,19 +294,6 @@ def measure_copy(sizes_mb: list[int], reps: int) -> dict:
 GLOO = "torch.distributed gloo"
 
 
-def _rotating_rounds(blocks: dict[str, Callable[[], list]], rounds: int) -> dict[str, list[list]]:
-    """Each block's results over `rounds` rounds; round i starts i places further along the blocks, so each
-    takes every place in a round in turn. In a fixed order the block in second place measured faster: 64 MB
-    with HOROVOD_CYCLE_TIME=0.1 1.78 against 1.17 GB/s with 1 ms when 0.1 ran second, 1.19 against 1.43 when
-    it ran first (3 rounds of 10 each)."""
-    names = list(blocks)
-    results: dict[str, list[list]] = {name: [] for name in names}
-    for i in range(rounds):
-        for name in names[i % len(names) :] + names[: i % len(names)]:
-            results[name].append(blocks[name]())
-    return results
-
-
 def _allreduce_summary(blocks: list[list[dict]], sizes_mb: list[int], num_proc: int) -> dict:
     """Per repetition the slowest rank counts (a collective ends when its last rank does); then the median
     over the repetitions of every block."""
@@ -391,7 +379,7 @@ def run(args: argparse.Namespace) -> list[dict]:
                     for name, variant_env in variants.items()
                 },
             }
-            measured = _rotating_rounds(blocks, args.rounds)
+            measured = rotating_rounds(blocks, args.rounds)
             record["torch_gloo_allreduce"] = _allreduce_summary(measured.pop(GLOO), sizes_mb, args.num_proc)
             record["horovod_allreduce"] = {
                 name: _allreduce_summary(runs, sizes_mb, args.num_proc) for name, runs in measured.items()

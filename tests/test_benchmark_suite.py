@@ -1,10 +1,10 @@
 """The benchmark suite's README table: what `make bench` writes into the README, and where; and the order in
-which the launch benchmark runs the blocks it compares."""
+which benchmarks run what they compare."""
 
 import pytest
 
 from benchmarks.__main__ import README_BEGIN, README_END, readme_with_table
-from benchmarks.launch import _rotating_rounds
+from benchmarks.rounds import rotating_rounds
 from benchmarks.table import HEADER
 
 RECORD = {
@@ -47,7 +47,7 @@ def test_a_readme_without_the_markers_is_named_with_the_fix():
 def test_compared_all_reduce_blocks_take_every_place_in_a_round_in_turn():
     ran = []
     blocks = {name: (lambda name=name: ran.append(name) or f"{name}{len(ran)}") for name in ("gloo", "hvd", "tuned")}
-    results = _rotating_rounds(blocks, 4)
+    results = rotating_rounds(blocks, 4)
     assert ran == ["gloo", "hvd", "tuned", "hvd", "tuned", "gloo", "tuned", "gloo", "hvd", "gloo", "hvd", "tuned"]
     assert results == {
         "gloo": ["gloo1", "gloo6", "gloo8", "gloo10"],
