@@ -45,7 +45,7 @@ PARTS: dict[str, list[str]] = {
     "launch": ["--reps", "3", "--rounds", "3"],
     "train": ["--rounds", "2", "--plain-seconds", "2", "--mlp-variant", "none"],
     "train_steps": ["--rounds", "1"],
-    "score": ["--rows", "200000"],
+    "score": ["--rows", "200000", "--repeats", "3"],
     "storage": ["--reps", "3"],
     "prepare_scale": [],
     "prepare_images": [],

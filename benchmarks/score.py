@@ -19,15 +19,16 @@ depend on the weights' values.
   matrix, batch by batch, with torch's default thread count (all cores) and with one thread; the
   faster of the two is the baseline of the ratios.
 
-Both see the same machine: the runs alternate and the best of --repeats is kept; the first Spark
-run (Python workers starting, the model loading) is reported separately. Prints one table and writes
-benchmarks/results/score.json. Target: the Spark UDF's rows/s into the noop sink >= 0.5x the
-in-process rows/s.
+Both see the same machine: the runs alternate, in an order that rotates each round (benchmarks.rounds),
+and the best of --repeats is kept; the first Spark run (Python workers starting, the model loading) is
+reported separately. Prints one table and writes benchmarks/results/score.json. Target: the Spark UDF's
+rows/s into the noop sink >= 0.5x the in-process rows/s.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import shutil
 import sys
@@ -39,6 +40,7 @@ import numpy as np
 
 from benchmarks import entry
 from benchmarks.memory import PeakMemory
+from benchmarks.rounds import rotating_rounds
 from benchmarks.table import print_table, result_row
 
 RESULTS_PATH = Path(__file__).resolve().parent / "results" / "score.json"
@@ -162,19 +164,14 @@ def run(args: argparse.Namespace) -> list[dict]:
 
             print("timing ...", flush=True)
             cold = _timed(spark_noop)
-            times: dict[str, list[float]] = {
-                "spark_noop": [],
-                "spark_parquet": [],
-                "in_process": [],
-                "in_process_1_thread": [],
-                "predict_batch_udf": [],
+            runs = {
+                "in_process": in_process,
+                "in_process_1_thread": in_process_one_thread,
+                "spark_noop": spark_noop,
+                "spark_parquet": spark_parquet,
+                "predict_batch_udf": spark_predict_batch_udf,
             }
-            for _ in range(args.repeats):
-                times["in_process"].append(_timed(in_process))
-                times["in_process_1_thread"].append(_timed(in_process_one_thread))
-                times["spark_noop"].append(_timed(spark_noop))
-                times["spark_parquet"].append(_timed(spark_parquet))
-                times["predict_batch_udf"].append(_timed(spark_predict_batch_udf))
+            times = rotating_rounds({name: functools.partial(_timed, fn) for name, fn in runs.items()}, args.repeats)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         if created:
@@ -242,7 +239,7 @@ def run(args: argparse.Namespace) -> list[dict]:
     print_table(rows)
     print(
         f"\n{args.rows:,} rows x {args.features} features, mlp {args.hidden}, {args.batch_size} rows per call; best "
-        f"of {args.repeats} alternating runs (the first Spark run apart). In process: "
+        f"of {args.repeats} rounds of rotating order (the first Spark run apart). In process: "
         f"{rate['in_process']:,.0f} rows/s with {threads} torch threads, {rate['in_process_1_thread']:,.0f} with 1. "
         f"The driver's peak includes the in-process side's rows held in memory."
     )
