@@ -1,6 +1,6 @@
 """Compared runs in rounds whose order rotates: on this shared two-core machine the place a run takes in a
-round moves its figure (benchmarks.launch: whichever all-reduce block ran second in every round measured
-faster, 64 MB 1.78 against 1.17 GB/s one way round, 1.19 against 1.43 the other)."""
+round moves its figure (benchmarks.launch: whichever of two Horovod all-reduce blocks ran last in every
+round measured faster, 64 MB 1.78 against 1.17 GB/s one way round, 1.43 against 1.19 the other)."""
 
 from __future__ import annotations
 
