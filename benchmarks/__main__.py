@@ -41,7 +41,7 @@ RESULTS_DIR = REPO / "benchmarks" / "results"
 # Each part's arguments in the suite, sized for 2 cores.
 PARTS: dict[str, list[str]] = {
     "convert": ["--job-rows", "200000"],
-    "read": [],
+    "read": ["--reps", "9"],
     "launch": ["--reps", "3", "--rounds", "3"],
     "train": ["--rounds", "2", "--plain-seconds", "2", "--mlp-variant", "none"],
     "train_steps": ["--rounds", "1"],

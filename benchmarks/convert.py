@@ -3,12 +3,12 @@
     .venv/bin/python -m benchmarks.convert                    # 2,000,000 x 32 synthetic rows
     .venv/bin/python -m benchmarks.convert --scale            # the cost curve: 250,000 rows x 1, 4, 16
 
-Both writes start from the same persisted synthetic DataFrame (generated in the executors), alternate,
-and the best of --repeats is kept. The full prepare job (validate, profile, split, three writes) is
-timed as well, on --job-rows rows, and reported without a baseline: it does more than one write. The
-driver's Python peak memory is noted after a small and a full-size run: it must not grow with the row
-count, since no rows come to the driver. Target: data_prep rows/s >= 0.8x the plain write's. Prints one
-table and writes benchmarks/results/convert.json.
+Both writes start from the same persisted synthetic DataFrame (generated in the executors), alternate in
+an order that rotates each round (benchmarks.rounds), and the best of --repeats is kept. The full
+prepare job (validate, profile, split, three writes) is timed as well, on --job-rows rows, and reported
+without a baseline: it does more than one write. The driver's Python peak memory is noted after a small
+and a full-size run: it must not grow with the row count, since no rows come to the driver. Target:
+data_prep rows/s >= 0.8x the plain write's. Prints one table and writes benchmarks/results/convert.json.
 
 With --scale, only data_prep's write runs, at 1x, 4x and 16x of --rows (best of --repeats each): its
 seconds relative to 1x show how the cost grows with the data (4 and 16 would be linear). Prints a small
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import shutil
 import tempfile
@@ -28,6 +29,7 @@ from typing import Iterator
 
 from benchmarks import entry
 from benchmarks.memory import PeakMemory
+from benchmarks.rounds import rotating_rounds
 from benchmarks.table import number, print_table, result_row, text_table
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -84,10 +86,15 @@ def write_plain(df, target: Path) -> float:
 def measure_writes(spark, rows: int, features: int, repeats: int, workdir: Path) -> dict:
     df = synthetic_rows(spark, rows, features)
     try:
-        plain, petastorm = [], []
-        for i in range(repeats):
-            plain.append(write_plain(df, workdir / f"plain{i}"))
-            petastorm.append(write_petastorm(spark, df, rows, features, workdir / f"petastorm{i}"))
+        written = itertools.count()
+        seconds = rotating_rounds(
+            {
+                "plain": lambda: write_plain(df, workdir / f"plain{next(written)}"),
+                "petastorm": lambda: write_petastorm(spark, df, rows, features, workdir / f"petastorm{next(written)}"),
+            },
+            repeats,
+        )
+        plain, petastorm = seconds["plain"], seconds["petastorm"]
     finally:
         df.unpersist()
     return {
@@ -202,7 +209,7 @@ def run(args: argparse.Namespace) -> list[dict]:
     _write(args.json, record)
     print_table(rows)
     print(
-        f"\nbest of {args.repeats} alternating writes each: plain {full['plain_s']:.2f} s, data_prep "
+        f"\nbest of {args.repeats} rounds of rotating order: plain {full['plain_s']:.2f} s, data_prep "
         f"{full['petastorm_s']:.2f} s; prepare job {job['seconds']:.2f} s. Driver Python peak: "
         f"{small['driver_python_peak_mb']:.0f} MB after {small['rows']:,} rows, "
         f"{full['driver_python_peak_mb']:.0f} MB after {full['rows']:,} rows"
@@ -270,7 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--small-rows", type=int, default=200_000, help="the smaller run of the memory check")
     parser.add_argument("--job-rows", type=int, help="rows of the prepare job (default --rows)")
     parser.add_argument("--features", type=int, default=32, help="float features per row")
-    parser.add_argument("--repeats", type=int, default=2, help="alternating writes per writer; the best is kept")
+    parser.add_argument("--repeats", type=int, default=2, help="writes per writer, in rotating order; the best is kept")
     parser.add_argument("--master", default="local[2]", help="Spark master")
     parser.add_argument(
         "--scale",

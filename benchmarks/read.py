@@ -18,8 +18,9 @@ reuses it). Both sides read the same Parquet files of the train split, rank 0's 
   loader's does, so this baseline does less work than the loader).
 
 Each run reads the whole shard once; the runs alternate (ours off, baseline, ours on, baseline with
-shuffle) and the median of --reps counts. Targets: loader samples/s >= 0.5x of iter_batches', and the
-shuffled loader >= 0.8x of pyarrow's shuffle.
+shuffle, in an order that rotates each round: benchmarks.rounds) and the median of --reps counts.
+Targets: loader samples/s >= 0.5x of iter_batches', and the shuffled loader >= 0.8x of pyarrow's
+shuffle.
 With --profile, one extra pass of the shuffled loader runs under cProfile and its top functions print.
 Prints one table and writes benchmarks/results/read.json.
 """
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import io
 import json
 import pstats
@@ -43,6 +45,7 @@ import numpy as np
 from benchmarks import entry
 from benchmarks.datasets import DEFAULT_WORKDIR, prepare_dataset, train_files
 from benchmarks.memory import PeakMemory
+from benchmarks.rounds import rotating_rounds
 from benchmarks.table import print_table, result_row
 
 RESULTS_PATH = Path(__file__).resolve().parent / "results" / "read.json"
@@ -159,12 +162,9 @@ def run(args: argparse.Namespace) -> list[dict]:
         try:
             for read in sides.values():  # warm: imports, page cache, petastorm's first reader
                 read()
-            times: dict[str, list[float]] = {name: [] for name in sides}
-            rows: dict[str, int] = {}
-            for _ in range(args.reps):
-                for name, read in sides.items():
-                    seconds, rows[name] = _timed(read)
-                    times[name].append(seconds)
+            passes = rotating_rounds({name: functools.partial(_timed, read) for name, read in sides.items()}, args.reps)
+            times = {name: [seconds for seconds, _ in timed] for name, timed in passes.items()}
+            rows = {name: timed[-1][1] for name, timed in passes.items()}
             profile_text = profile(sides["ours_shuffle_on"]) if args.profile else None
         finally:
             torch.set_num_threads(threads)
@@ -238,7 +238,7 @@ def print_report(rows: list[dict], record: dict) -> None:
     print(
         f"\nrank {s['rank']} of {s['size']}: {record['shard_rows']} rows x {s['features']} float32 features in "
         f"{len(record['files'])} files, batch {s['batch']}, 1 torch thread, no Spark running; median of "
-        f"{s['reps']} interleaved passes (after one warm-up pass each). Rows per pass: "
+        f"{s['reps']} interleaved passes in rotating order (after one warm-up pass each). Rows per pass: "
         + ", ".join(f"{name} {n}" for name, n in record["rows_read"].items())
     )
     print(
@@ -254,7 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rows", type=int, default=200_000, help="synthetic rows of the dataset")
     parser.add_argument("--features", type=int, default=32, help="float features per row")
     parser.add_argument("--batch", type=int, default=128, help="rows per batch")
-    parser.add_argument("--reps", type=int, default=3, help="interleaved passes per side")
+    parser.add_argument("--reps", type=int, default=3, help="interleaved passes per side, in rotating order")
     parser.add_argument("--profile", action="store_true", help="profile one shuffled loader pass")
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR, help="where the datasets are kept")
     parser.add_argument("--json", type=Path, default=RESULTS_PATH, help="where to write the results")
