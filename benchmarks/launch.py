@@ -371,7 +371,7 @@ def run(args: argparse.Namespace) -> list[dict]:
             if tuned:
                 variants[", ".join(f"{k}={v}" for k, v in tuned.items())] = env | tuned
             blocks: dict[str, Callable[[], list]] = {
-                GLOO: lambda: time_torch_gloo_allreduce_block(args.num_proc, sizes_mb, args.allreduce_reps),
+                GLOO: functools.partial(time_torch_gloo_allreduce_block, args.num_proc, sizes_mb, args.allreduce_reps),
                 **{
                     name: functools.partial(
                         time_horovod_allreduce_block, spark, args.num_proc, sizes_mb, args.allreduce_reps, variant_env

@@ -44,7 +44,7 @@ def test_a_readme_without_the_markers_is_named_with_the_fix():
         readme_with_table("# Title\nno markers\n", RECORD, [HEADER])
 
 
-def test_compared_all_reduce_blocks_take_every_place_in_a_round_in_turn():
+def test_compared_runs_take_every_place_in_a_round_in_turn():
     ran = []
     blocks = {name: (lambda name=name: ran.append(name) or f"{name}{len(ran)}") for name in ("gloo", "hvd", "tuned")}
     results = rotating_rounds(blocks, 4)
