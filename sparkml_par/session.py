@@ -250,20 +250,50 @@ def spark_session(cfg: SparkConfig, log_file: Optional[Path] = None) -> Iterator
     a lost connection and a chain of Py4J errors: the job's error says what happened and what to change.
     """
     session, created = get_or_create_session(cfg, log_file)
-    failed = False
+    lost_connections = _HeldLostConnections()
+    logging.getLogger().addFilter(lost_connections)
+    driver_lost = False
     try:
         yield session
     except Exception as exc:
-        failed = True
         exit_code = _driver_exit_code(_EXIT_WAIT_S if _driver_may_be_exiting(exc) else 0)
-        if exit_code is None:
-            raise
-        raise SparkmlParError(_driver_exit_message(cfg, exit_code)) from exc
+        driver_lost = exit_code is None and not _driver_answers()
+        if driver_lost:  # it no longer answers: on its way out, however long a loaded machine takes
+            exit_code = _driver_exit_code(_LOST_DRIVER_EXIT_WAIT_S)
+        if exit_code is not None:
+            lost_connections.held.clear()  # the error below says why the connection was lost
+            raise SparkmlParError(_driver_exit_message(cfg, exit_code)) from exc
+        if created and not driver_lost:
+            _cancel_and_await_tasks(session.sparkContext, _TASKS_END_WAIT_S)
+        raise
     finally:
-        if created and _driver_exit_code(0) is None:
-            if failed:
-                _cancel_and_await_tasks(session.sparkContext, _TASKS_END_WAIT_S)
+        logging.getLogger().removeFilter(lost_connections)
+        lost_connections.release()
+        if created and not driver_lost and _driver_exit_code(0) is None:
             session.stop()
+
+
+class _HeldLostConnections(logging.Filter):
+    """Holds the traceback py4j logs on the root logger when its connection to the driver JVM breaks,
+    until the job's end says whether it is news: a driver JVM that exited under the job gets one error
+    that says why, so the traceback is dropped; otherwise it is logged as it would have been."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: list = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from py4j.protocol import Py4JNetworkError
+
+        if record.exc_info and isinstance(record.exc_info[1], Py4JNetworkError):
+            self.held.append(record)
+            return False
+        return True
+
+    def release(self) -> None:
+        for record in self.held:
+            logging.getLogger().handle(record)
+        self.held.clear()
 
 
 # How long a failed job's session waits for its cancelled tasks to end before it stops.
@@ -286,6 +316,18 @@ def _cancel_and_await_tasks(sc, wait_s: float) -> None:
         pass
 
 
+def _driver_answers() -> bool:
+    """Whether the driver JVM still answers a call, with its SparkContext running or stopped."""
+    from py4j.protocol import Py4JError
+    from pyspark import SparkContext
+
+    try:
+        SparkContext._gateway.jvm.java.lang.System.nanoTime()
+    except (Py4JError, ConnectionError):
+        return False
+    return True
+
+
 def running_tasks(sc) -> int:
     """Tasks running on all executors now, as Spark's status tracker counts them."""
     return sum(info.numRunningTasks() for info in sc._jsc.sc().statusTracker().getExecutorInfos())
@@ -294,6 +336,8 @@ def running_tasks(sc) -> int:
 # How long an error that may come from a dying driver JVM waits for it to finish exiting: Spark reports a
 # task's OutOfMemoryError, failing the job, before its handler exits the JVM.
 _EXIT_WAIT_S = 10
+# How long a driver JVM that no longer answers may take to exit: its shutdown hooks on a loaded machine.
+_LOST_DRIVER_EXIT_WAIT_S = 120
 _DYING_DRIVER_SIGNS = ("OutOfMemoryError", "because SparkContext was shut down")
 
 

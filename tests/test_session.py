@@ -178,6 +178,52 @@ def test_a_driver_jvm_out_of_heap_is_one_clear_error():
     assert "Py4JNetworkError" not in result.stderr  # no failed stop() of the dead JVM after it
 
 
+# A driver JVM that stops answering under the job and exits only after the wait for a dying driver: its
+# gateway server shut down at once, its process ended 5 s after that wait by closing its stdin (Spark's
+# gateway exits on EOF there), as a loaded machine's slow shutdown hooks would.
+_SLOW_EXIT = """
+import threading
+from pyspark import SparkContext
+from sparkml_par.config import SparkConfig
+from sparkml_par.errors import SparkmlParError
+from sparkml_par.session import _EXIT_WAIT_S, spark_session
+
+try:
+    with spark_session(SparkConfig(master="local[1]")) as spark:
+        gateway = SparkContext._gateway
+        gateway.shutdown()
+        threading.Timer(_EXIT_WAIT_S + 5, gateway.proc.stdin.close).start()
+        spark.range(1).count()
+except SparkmlParError as exc:
+    print("ERROR", exc)
+"""
+
+
+def test_a_driver_jvm_that_stops_answering_and_exits_late_is_one_clear_error():
+    import subprocess
+
+    result = subprocess.run([sys.executable, "-c", _SLOW_EXIT], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (error,) = [line for line in result.stdout.splitlines() if line.startswith("ERROR ")]
+    assert error == "ERROR Spark's driver JVM exited with code 0 during the job; Spark's log lines above say why"
+    assert "Traceback" not in result.stderr  # no stop() of the JVM that no longer answers
+
+
+def test_py4j_lost_connection_traceback_is_held_to_the_jobs_end_and_kept_while_the_driver_lives(spark, caplog):
+    from py4j.protocol import Py4JNetworkError
+
+    with spark_session(SparkConfig()):
+        try:
+            raise Py4JNetworkError("Error while sending or receiving")
+        except Py4JNetworkError:
+            logging.exception("Exception while sending command.")  # how py4j logs a broken connection
+        logging.warning("another root record")
+        assert caplog.messages == ["another root record"]
+    assert caplog.messages == ["another root record", "Exception while sending command."]
+    assert isinstance(caplog.records[-1].exc_info[1], Py4JNetworkError)
+    assert logging.getLogger().filters == []
+
+
 def test_only_an_error_from_a_dying_driver_jvm_waits_for_it_to_exit(spark):
     """A job that fails in a healthy JVM reports at once; a lost connection or an OutOfMemoryError waits."""
     from py4j.protocol import Py4JJavaError
