@@ -17,7 +17,7 @@ trains the same MLP (256, 256) with Adam, the same global batch and epochs, on 2
 writes its predictions of a held-out fifth of the rows and reports the test accuracy. The workloads:
 scikit-learn's digits (1,797 rows, 64 pixel columns, 5 epochs) and a synthetic 200,000 x 32 float
 table whose 10 classes come from a random linear teacher (2 epochs). Medians of --reps repetitions;
-the order of A, B and C turns each repetition, so that each sees the machine's load alike.
+the order of A, B and C turns each repetition (benchmarks.rounds), so that each sees the machine's load alike.
 
 B runs in this project's environment, with the tensorboard packages the estimator imports (and this
 project does not need) installed once into benchmarks/.estimator-packages; a baseline that cannot run is
@@ -28,6 +28,7 @@ Python workers (ranks). Prints the table and the stages of each way; writes benc
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -40,6 +41,7 @@ from pathlib import Path
 
 from benchmarks import entry
 from benchmarks.memory import PeakMemory
+from benchmarks.rounds import rotating_rounds
 from benchmarks.table import print_table, result_row
 
 REPO = Path(__file__).resolve().parents[1]
@@ -245,6 +247,23 @@ def workload_rows(name: str, summary: dict[str, dict | None], memory: dict) -> l
     return rows
 
 
+def run_way(way: str, workload: Workload, data: Path, tmp: str, env_b: dict[str, str] | str, memory: dict) -> dict:
+    """One run of a way in a work directory of its own; A's memory columns go into `memory`."""
+    workdir = Path(tempfile.mkdtemp(prefix=f"{data.stem}-{way}-", dir=tmp))
+    print(f"    {WAYS[way]} ...", flush=True)
+    if way == "A":
+        result = run_ours(workload, data, workdir)
+        memory.update(result.pop("memory"))
+    elif way == "B" and isinstance(env_b, str):
+        result = {"error": env_b}
+    else:
+        script = "horovod_estimator" if way == "B" else "hand_stitched"
+        result = run_baseline(script, workload, data, workdir, env_b if way == "B" else {})
+    if "error" in result:
+        print(f"    {WAYS[way]} did not finish: {result['error']}", flush=True)
+    return result
+
+
 def run(args: argparse.Namespace) -> list[dict]:
     env_b = estimator_env()
     rows, record = [], {"settings": {"reps": args.reps, "workloads": args.workloads}, "workloads": {}}
@@ -253,26 +272,12 @@ def run(args: argparse.Namespace) -> list[dict]:
             workload = WORKLOADS[name]
             data = Path(tmp) / f"{name}.parquet"
             write_input(workload, data)
-            runs: dict[str, list[dict]] = {w: [] for w in WAYS}
             memory: dict = {}
-            order = list(WAYS)
-            for rep in range(args.reps):
-                turn = rep % len(order)
-                for way in order[turn:] + order[:turn]:
-                    workdir = Path(tmp) / f"{name}-{way}-{rep}"
-                    workdir.mkdir()
-                    print(f"  {name} rep {rep + 1}/{args.reps}: {WAYS[way]} ...", flush=True)
-                    if way == "A":
-                        result = run_ours(workload, data, workdir)
-                        memory = result.pop("memory")
-                    elif way == "B" and isinstance(env_b, str):
-                        result = {"error": env_b}
-                    else:
-                        script = "horovod_estimator" if way == "B" else "hand_stitched"
-                        result = run_baseline(script, workload, data, workdir, env_b if way == "B" else {})
-                    if "error" in result:
-                        print(f"    {WAYS[way]} did not finish: {result['error']}", flush=True)
-                    runs[way].append(result)
+            runs = rotating_rounds(
+                {way: functools.partial(run_way, way, workload, data, tmp, env_b, memory) for way in WAYS},
+                args.reps,
+                title=f"  {name}",
+            )
             summary = {w: medians(r) for w, r in runs.items()}
             record["workloads"][name] = {"runs": runs, "medians": summary}
             rows += workload_rows(name, summary, memory)
