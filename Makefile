@@ -1,17 +1,22 @@
 # Two commands matter: `make quickstart` (main job on the embedded local[N] Spark) and `make test`.
-PYTHON ?= python3.11
-# Two tested stacks: STACK=pinned (the default: constraints.txt, .venv) and STACK=current (the newest
-# releases: constraints-current.txt, .venv-current). `make test STACK=current` runs the suite on the second.
+# Tested stacks, each an exact version set in its constraints file and its own venv (README, "Setup"):
+# STACK=pinned (the default: constraints.txt, .venv), and for every other NAME constraints-NAME.txt and
+# .venv-NAME: current, databricks-15.4, databricks-16.4, databricks-17.3. The constraints file's first
+# line names its Python (`# python: 3.12`).
 STACK ?= pinned
+STACKS := pinned current databricks-15.4 databricks-16.4 databricks-17.3
+ifeq ($(filter $(STACK),$(STACKS)),)
+$(error STACK=$(STACK) is not a stack of this project: use one of $(STACKS))
+endif
 ifeq ($(STACK),pinned)
 CONSTRAINTS := constraints.txt
 VENV ?= .venv
-else ifeq ($(STACK),current)
-CONSTRAINTS := constraints-current.txt
-VENV ?= .venv-current
 else
-$(error STACK=$(STACK) is not a stack of this project: use STACK=pinned (the default) or STACK=current)
+CONSTRAINTS := constraints-$(STACK).txt
+VENV ?= .venv-$(STACK)
 endif
+PYTHON_VERSION := $(shell sed -n 's/^\# python: *//p' $(CONSTRAINTS))
+PYTHON ?= $(shell scripts/find_python.sh $(PYTHON_VERSION))
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-stamp
 
@@ -22,14 +27,13 @@ setup: $(STAMP)
 	$(PY) -m sparkml_par.class_archive
 
 # Re-runs only when the pins or the package metadata change; the Horovod wheel is cached.
-$(STAMP): $(CONSTRAINTS) setup.cfg pyproject.toml scripts/build_horovod.sh sparkml_par/petastorm_patch.py \
-		sparkml_par/petastorm_pyarrow_compat.py
+$(STAMP): $(CONSTRAINTS) setup.cfg pyproject.toml scripts/build_horovod.sh
+	@test -n "$(PYTHON)" || { echo "make: no Python $(PYTHON_VERSION) for STACK=$(STACK) (scripts/find_python.sh)"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
+	$(PY) -m pip install --quiet --upgrade -c $(CONSTRAINTS) pip setuptools wheel
 	$(PY) -m pip install --quiet -c $(CONSTRAINTS) torch
-	scripts/build_horovod.sh $(PY)
+	scripts/build_horovod.sh $(PY) $(CONSTRAINTS)
 	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e '.[test,mlflow]'
-	$(PY) -m sparkml_par.petastorm_patch
 	$(VENV)/bin/sparkml-par doctor
 	touch $(STAMP)
 

@@ -59,6 +59,7 @@ from sparkml_par.contract import (
     SPLITS,
 )
 from sparkml_par.errors import SparkmlParError
+from sparkml_par.session import require_classic_session
 from sparkml_par.spark_jobs import BackgroundJob, JobName, spark_job
 from sparkml_par.stage import Run, Stage, always_due, fingerprint
 
@@ -81,6 +82,7 @@ def prepare(spark, cfg: DataConfig, owner: str | None = None) -> PrepareResult:
     `owner` names who may replace the dataset without data.mode=overwrite: the pipeline passes its run
     directory, so `sparkml-par run` re-prepares its own dataset after an edit of the input or config.
     """
+    require_classic_session(spark, "prepare")
     with parsing_whole_csv_rows(spark), spark_job(spark.sparkContext, "prepare: read the input") as step:
         return _prepare(spark, cfg, owner, step)
 
@@ -247,15 +249,19 @@ def _row_counts(clean, cfg: DataConfig) -> _RowCounts:
     from pyspark.sql import functions as F
 
     partition = F.spark_partition_id().alias("_partition")
-    counted = F.count(F.lit(1)).alias("_rows")
     if cfg.task != "classification":
-        rows = clean.select(SPLIT, partition).groupBy(SPLIT, "_partition").agg(counted).collect()
+        rows = clean.select(SPLIT, partition).groupBy(SPLIT, "_partition").agg(F.count(F.lit(1))).collect()
         return _RowCounts(*_per_split(rows), classes=None)
-    label = F.col(f"`{cfg.label}`")
-    sets = [[SPLIT, "_partition"], [label]]
-    grouped = clean.select(SPLIT, partition, label).groupingSets(sets, SPLIT, "_partition", label)
-    # Fields by position: a label may be named "count" or "_rows". grouping(split) is 1 in the (label) set.
-    rows = grouped.agg(F.grouping(SPLIT).alias("_by_label"), counted).collect()
+    # GROUPING SETS in SQL, which Spark 3.5 has (DataFrame.groupingSets is Spark 4's). Fields by position
+    # below: a label may be named "count" or "_rows"; grouping(split) is 1 in the (label) set. pyspark formats
+    # the query with {counted}, so braces of the label's name are doubled.
+    label_sql = ("`" + cfg.label.replace("`", "``") + "`").replace("{", "{{").replace("}", "}}")
+    counted = clean.select(SPLIT, partition, F.col(f"`{cfg.label}`"))
+    query = (
+        f"SELECT {SPLIT}, _partition, {label_sql}, grouping({SPLIT}) AS _by_label, count(1) AS _rows "
+        f"FROM {{counted}} GROUP BY GROUPING SETS (({SPLIT}, _partition), ({label_sql}))"
+    )
+    rows = clean.sparkSession.sql(query, counted=counted).collect()
     classes = {r[2]: r[-1] for r in rows if r[-2]}
     return _RowCounts(
         *_per_split([r for r in rows if not r[-2]]),

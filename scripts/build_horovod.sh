@@ -20,17 +20,25 @@
 #   launch's MLP from 90,000 to 49,000 samples/s, and a process whose first init had both HOROVOD_CYCLE_TIME
 #   and HOROVOD_FUSION_THRESHOLD crashed (SIGSEGV) in its next init: the ParameterManager drops fixed
 #   values from its vectors, and the next init's defaults wrote past their end.
+# And one of its CMake modules:
+# - FindPytorch.cmake treats a CUDA build of torch as a request for Horovod's CUDA operations whenever a CUDA
+#   toolkit directory exists, and the build then fails where that toolkit does not match (a CPU cluster's
+#   image, this project's CI: torch 2.3.1+cu121 beside CUDA 13 found "FOUND_LIB_cudart NOTFOUND"). Patched,
+#   Horovod gets GPU operations only when HOROVOD_GPU_OPERATIONS asks for them (this script sets it where
+#   torch sees a GPU); otherwise it is the same Gloo build a CPU torch gets.
 # PATCH_LEVEL names this set of patches: it is part of the wheel cache's name, which pip records as the
 # installed wheel's origin (direct_url.json), so a build without the current patches is rebuilt. The wheel is cached by Horovod,
 # torch and Python versions (a build takes minutes on two cores); a second run installs the cached wheel.
 #
-# Usage: scripts/build_horovod.sh [PYTHON]   (default: .venv/bin/python)
+# Usage: scripts/build_horovod.sh [PYTHON [CONSTRAINTS]]   (default: .venv/bin/python constraints.txt)
 set -euo pipefail
 
 PYTHON=${1:-.venv/bin/python}
-HOROVOD_VERSION=$(sed -n 's/^horovod==//p' "$(dirname "$0")/../constraints.txt")
+CONSTRAINTS=${2:-$(dirname "$0")/../constraints.txt}
+[ -f "$CONSTRAINTS" ] || { echo "build_horovod: constraints file '$CONSTRAINTS' not found" >&2; exit 1; }
+HOROVOD_VERSION=$(sed -n 's/^horovod==//p' "$CONSTRAINTS")
 CACHE_ROOT=${SPARKML_PAR_WHEEL_CACHE:-$HOME/.cache/sparkml_par/wheels}
-PATCH_LEVEL=4
+PATCH_LEVEL=5
 
 die() { echo "build_horovod: $*" >&2; exit 1; }
 
@@ -38,7 +46,7 @@ command -v "${CXX:-g++}" >/dev/null || die "no C++ compiler found (${CXX:-g++}).
 command -v cmake >/dev/null || die "cmake not found. Install it: apt-get install cmake (3.13 or newer)"
 [ -x "$PYTHON" ] || die "python '$PYTHON' not found. Run 'make setup' to create the virtual environment"
 TORCH_VERSION=$("$PYTHON" -c 'import torch; print(torch.__version__)' 2>/dev/null) \
-  || die "torch is not importable by $PYTHON: install the pinned torch first (pip install -c constraints.txt torch)"
+  || die "torch is not importable by $PYTHON: install the pinned torch first (pip install -c $CONSTRAINTS torch)"
 PY_TAG=$("$PYTHON" -c 'import sys; print(f"py{sys.version_info[0]}{sys.version_info[1]}")')
 HAS_CUDA=$("$PYTHON" -c 'import torch; print(int(torch.version.cuda is not None and torch.cuda.is_available()))')
 
@@ -67,6 +75,13 @@ if [ -z "$WHEEL" ]; then
   sed -i 's/CMAKE_CXX_STANDARD 14/CMAKE_CXX_STANDARD 17/' "$SRC/CMakeLists.txt" "$SRC/horovod/torch/CMakeLists.txt"
   grep -q 'CMAKE_CXX_STANDARD 17' "$SRC/horovod/torch/CMakeLists.txt" \
     || die "the C++17 patch did not apply: horovod/torch/CMakeLists.txt changed upstream"
+  FIND_TORCH="$SRC/cmake/Modules/FindPytorch.cmake"
+  CUDA_TEST='print(True if ((torch.version.cuda is not None) and (CUDA_HOME is not None)) else False)'
+  [ "$(grep -cF "$CUDA_TEST" "$FIND_TORCH")" = 1 ] \
+    || die "the GPU-operations patch did not apply: cmake/Modules/FindPytorch.cmake changed upstream"
+  sed -i "s/import torch; from torch.utils.cpp_extension import CUDA_HOME; print(True if ((torch.version.cuda is not None) and (CUDA_HOME is not None)) else False)/import os, torch; from torch.utils.cpp_extension import CUDA_HOME; print(True if ((torch.version.cuda is not None) and (CUDA_HOME is not None) and os.environ.get('HOROVOD_GPU_OPERATIONS')) else False)/" "$FIND_TORCH"
+  grep -qF "and os.environ.get('HOROVOD_GPU_OPERATIONS')) else False)" "$FIND_TORCH" \
+    || die "the GPU-operations patch did not apply: cmake/Modules/FindPytorch.cmake changed upstream"
   "$PYTHON" - "$SRC/horovod/common" <<'PY' \
     || die "a source patch did not apply (the line above names the file): horovod/common changed upstream"
 import sys
@@ -166,6 +181,6 @@ else
   echo "build_horovod: reusing cached wheel $WHEEL"
 fi
 "$PYTHON" -m pip install --quiet --no-deps --force-reinstall "$WHEEL"
-"$PYTHON" -m pip install --quiet -c "$(dirname "$0")/../constraints.txt" cloudpickle psutil pyyaml packaging
+"$PYTHON" -m pip install --quiet -c "$CONSTRAINTS" cloudpickle psutil pyyaml packaging
 "$PYTHON" -c 'import horovod.torch as hvd; assert hvd.gloo_built(), "horovod was built without Gloo"'
 echo "build_horovod: installed $(basename "$WHEEL")"

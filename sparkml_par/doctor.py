@@ -1,10 +1,9 @@
 """`sparkml-par doctor`: is this machine's stack one that runs the pipeline, and if not, what to do.
 
-Two stacks are tested: the pinned one (constraints.txt) and the current one (constraints-current.txt).
-In a repository checkout the versions are compared with the pins of the stack the environment holds
-(the one whose pyspark and pyarrow pins it has); in an installed package, with the ranges both stacks
-cover. Most failures come from a package that drifted, or from petastorm on pyarrow >= 15 without its
-compatibility patch.
+The tested stacks are the pinned one (constraints.txt) and those in constraints-NAME.txt (current and the
+Databricks LTS ML runtimes). In a repository checkout the versions are compared with the pins of the stack the
+environment holds (the one whose pyspark and pyarrow pins it has); in an installed package, with the ranges
+every stack covers. Most failures come from a package that drifted, or from a Horovod built for another torch.
 """
 
 from __future__ import annotations
@@ -24,26 +23,32 @@ HOROVOD_FIX = (
     "run `make setup`, which builds Horovod with scripts/build_horovod.sh "
     "(run the script directly when setup already ran)"
 )
-PETASTORM_PATCH_FIX = (
-    "petastorm as released imports pyarrow.filesystem, gone in pyarrow 15: patch the installed copy with "
-    "`python -m sparkml_par.petastorm_patch` (make setup runs it)"
+PETASTORM_FIX = (
+    "petastorm as released imports pyarrow.filesystem, gone in pyarrow 15; sparkml_par makes petastorm 0.12.1 "
+    "import there: `pip install petastorm==0.12.1`"
 )
 
 # The tested stacks, by the constraints file of a checkout that pins each.
-STACKS = {"pinned": "constraints.txt", "current": "constraints-current.txt"}
+STACKS = {
+    "pinned": "constraints.txt",
+    **{
+        name: f"constraints-{name}.txt"
+        for name in ("current", "databricks-15.4", "databricks-16.4", "databricks-17.3")
+    },
+}
 # What decides which stack an environment holds.
 STACK_MARKERS = ("pyspark", "pyarrow")
 
 # Versions each package may have, as major.minor from (inclusive) to (exclusive), and why: what is
-# checked when no constraints file is at hand. Both stacks lie inside.
+# checked when no constraints file is at hand. Every stack lies inside.
 SUPPORTED: dict[str, tuple[tuple[int, int], tuple[int, int], str]] = {
-    "pyspark": ((4, 0), (4, 4), "the pipeline is tested on Spark 4.0 and 4.3"),
-    "torch": ((2, 1), (3, 0), "Horovod's torch bindings need the C++17 headers of torch >= 2.1"),
+    "pyspark": ((3, 5), (4, 4), "the pipeline is tested on Spark 3.5.0 to 4.3"),
+    "torch": ((2, 3), (3, 0), "the pipeline is tested on torch 2.3 to 2.13"),
     "horovod": ((0, 28), (0, 29), "the launcher is written against Horovod 0.28's Gloo rendezvous"),
-    "petastorm": ((0, 12), (0, 14), "the dataset contract is petastorm 0.12's Unischema and row-group metadata"),
-    "pyarrow": ((14, 0), (26, 0), "the pipeline is tested on pyarrow 14 and 25"),
-    "numpy": ((1, 26), (3, 0), "the pipeline is tested on numpy 1.26 and 2.4"),
-    "mlflow": ((3, 0), (4, 0), "the tracking client and the pyfunc model are written against MLflow 3"),
+    "petastorm": ((0, 12), (0, 13), "sparkml_par makes petastorm 0.12.1 import on pyarrow >= 15 and numpy 2"),
+    "pyarrow": ((14, 0), (26, 0), "the pipeline is tested on pyarrow 14 to 25"),
+    "numpy": ((1, 23), (3, 0), "the pipeline is tested on numpy 1.23 to 2.4"),
+    "mlflow": ((2, 13), (4, 0), "the tracking client and the pyfunc model are tested on MLflow 2.13 to 3.17"),
 }
 
 
@@ -129,12 +134,12 @@ def _pip_fix(dist: str, pins: Optional[Pins]) -> str:
 
 def check_python(version_info: tuple[int, ...] = tuple(sys.version_info[:3])) -> CheckResult:
     version = ".".join(map(str, version_info[:3]))
-    if tuple(version_info[:2]) != (3, 11):
+    if not (3, 11) <= tuple(version_info[:2]) < (3, 14):
         return CheckResult(
             "Python",
             False,
-            f"{version}; Python 3.11 is required (both stacks' torch, pyarrow and Horovod builds are for it)",
-            "create the environment with Python 3.11: `make clean setup PYTHON=python3.11`",
+            f"{version}; Python 3.11 to 3.13 is required (the tested stacks run 3.11, 3.12 and 3.13)",
+            "create the environment with one of them: `make clean setup PYTHON=python3.12`",
         )
     return CheckResult("Python", True, f"{version} ({sys.executable})")
 
@@ -202,7 +207,7 @@ def _import(module: str):
 def check_package(name: str, dist: str, pins: Optional[Pins]) -> CheckResult:
     module, error = _import(dist)
     if error:
-        fix = PETASTORM_PATCH_FIX if "pyarrow.filesystem" in error else _pip_fix(dist, pins)
+        fix = PETASTORM_FIX if "pyarrow.filesystem" in error else _pip_fix(dist, pins)
         return CheckResult(name, False, error, fix)
     version = module.__version__
     label = version if name.lower() == dist else f"{dist} {version}"
@@ -263,10 +268,12 @@ def check_horovod(pins: Optional[Pins]) -> CheckResult:
 def check_mlflow(pins: Optional[Pins], environ: Mapping[str, str] = os.environ) -> CheckResult:
     """MLflow is optional (tracking.tracking_uri needs it); with MLFLOW_TRACKING_URI set, its server must answer."""
     mlflow, error = _import("mlflow")
-    if error:
+    if error and _installed("mlflow") is None:
         return CheckResult(
             "MLflow", True, "not installed (optional: `pip install .[mlflow]` for tracking.tracking_uri)"
         )
+    if error:
+        return CheckResult("MLflow", False, error, _pip_fix("mlflow", pins))
     detail = mlflow.__version__
     problem = version_problem("mlflow", detail, pins)
     if problem:
@@ -336,7 +343,7 @@ def report(stream: Optional[TextIO] = None) -> int:
     basis = (
         f"the pins of the {stack_name(constraints)} stack in {constraints}"
         if constraints
-        else "the versions both tested stacks cover (no constraints file)"
+        else "the versions the tested stacks cover (no constraints file)"
     )
     problems = sum(not r.ok for r in results)
     verdict = "the stack can run" if not problems else f"{problems} problem(s): the stack cannot run"

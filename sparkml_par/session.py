@@ -97,6 +97,20 @@ def _gpu_settings(cfg: SparkConfig) -> dict[str, str]:
     return settings
 
 
+def require_classic_session(spark, stage: str) -> None:
+    """One error before any work on a Spark Connect session (pyspark-client, Databricks serverless and standard
+    access mode): it has no SparkContext, so neither the barrier stages that start the ranks nor the JVM's
+    Hadoop filesystem and job groups every stage uses."""
+    kind = type(spark)
+    if kind.__module__.startswith("pyspark.sql.connect"):
+        raise SparkmlParError(
+            f"{stage} needs a classic Spark session, and this one is a Spark Connect session "
+            f"({kind.__module__}.{kind.__qualname__}), which has no SparkContext for barrier stages and "
+            "Spark jobs; on Databricks run on a cluster in dedicated (single user) access mode, not serverless "
+            "or standard access mode; elsewhere start the session without spark.remote / SPARK_REMOTE"
+        )
+
+
 def get_or_create_session(cfg: SparkConfig, log_file: Optional[Path] = None):
     """Returns (session, created): an active session is reused, otherwise one is built from cfg.
 
@@ -107,6 +121,7 @@ def get_or_create_session(cfg: SparkConfig, log_file: Optional[Path] = None):
 
     active = SparkSession.getActiveSession()
     if active is not None:
+        require_classic_session(active, "sparkml_par")
         master = active.sparkContext.master
         # Nothing silently dropped: name every requested setting the reused session does not have.
         ignored = [f"spark.master={cfg.master}"] if master != cfg.master else []
@@ -128,6 +143,7 @@ def get_or_create_session(cfg: SparkConfig, log_file: Optional[Path] = None):
     # For this JVM only: a later session's settings may choose a collector of their own.
     with _environment_variable("SPARK_SUBMIT_OPTS", driver_submit_opts(cfg.master, cfg.conf.values(), os.environ)):
         session = builder.getOrCreate()
+    require_classic_session(session, "sparkml_par")
     _configure_driver_log(session, log_file)
     return session, True
 

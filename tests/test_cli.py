@@ -258,22 +258,26 @@ CURRENT = doctor.Pins({"pyarrow": "25.0.1"}, "constraints-current.txt")
         ("pyarrow", "15.0.0", PINNED, "constraints.txt pins pyarrow==14.0.2"),
         ("pyarrow", "14.0.2", CURRENT, "constraints-current.txt pins pyarrow==25.0.1"),
         ("pyarrow", "19.0.1", None, None),
-        ("pyarrow", "26.0.1", None, "pyarrow 14.0 to 25.x is required: the pipeline is tested on pyarrow 14 and 25"),
+        ("pyarrow", "26.0.1", None, "pyarrow 14.0 to 25.x is required: the pipeline is tested on pyarrow 14 to 25"),
         ("numpy", "2.4.6", None, None),
-        ("numpy", "1.25.2", None, "numpy 1.26 to 2.x is required: the pipeline is tested on numpy 1.26 and 2.4"),
+        ("numpy", "1.23.5", None, None),
+        ("numpy", "1.22.4", None, "numpy 1.23 to 2.x is required: the pipeline is tested on numpy 1.23 to 2.4"),
         ("pyspark", "4.3.0", None, None),
+        ("pyspark", "3.5.1", None, None),
         (
             "pyspark",
             "4.4.1",
             None,
-            "pyspark 4.0 to 4.3 is required: the pipeline is tested on Spark 4.0 and 4.3",
+            "pyspark 3.5 to 4.3 is required: the pipeline is tested on Spark 3.5.0 to 4.3",
         ),
         (
             "pyspark",
-            "3.5.1",
+            "3.4.1",
             None,
-            "pyspark 4.0 to 4.3 is required: the pipeline is tested on Spark 4.0 and 4.3",
+            "pyspark 3.5 to 4.3 is required: the pipeline is tested on Spark 3.5.0 to 4.3",
         ),
+        ("torch", "2.2.2", None, "torch 2.3 to 2.x is required: the pipeline is tested on torch 2.3 to 2.13"),
+        ("mlflow", "2.13.2", None, None),
         ("pyspark", "4.00.1", None, None),
         ("torch", "2.13.0+cu121", PINNED, None),
     ],
@@ -282,13 +286,19 @@ def test_version_problem(dist, version, pins, problem):
     assert doctor.version_problem(dist, version, pins) == problem
 
 
-def test_python_other_than_3_11():
-    result = doctor.check_python((3, 12, 1))
+@pytest.mark.parametrize("version", [(3, 11, 7), (3, 12, 1), (3, 13, 0)])
+def test_python_of_a_tested_stack(version):
+    assert doctor.check_python(version).ok
+
+
+@pytest.mark.parametrize("version", [(3, 10, 13), (3, 14, 0)])
+def test_python_outside_the_tested_stacks(version):
+    result = doctor.check_python(version)
     assert (result.ok, result.detail) == (
         False,
-        "3.12.1; Python 3.11 is required (both stacks' torch, pyarrow and Horovod builds are for it)",
+        f"{'.'.join(map(str, version))}; Python 3.11 to 3.13 is required (the tested stacks run 3.11, 3.12 and 3.13)",
     )
-    assert result.fix == "create the environment with Python 3.11: `make clean setup PYTHON=python3.11`"
+    assert result.fix == "create the environment with one of them: `make clean setup PYTHON=python3.12`"
 
 
 @pytest.mark.parametrize(
@@ -350,11 +360,11 @@ def test_package_that_does_not_import(monkeypatch):
         "install the pinned version: `pip install -c constraints-current.txt petastorm==0.12.1`",
     )
     assert doctor.check_package("petastorm", "petastorm", None).fix == (
-        "install a supported version: `pip install 'petastorm>=0.12,<0.14'`"
+        "install a supported version: `pip install 'petastorm>=0.12,<0.13'`"
     )
 
 
-def test_petastorm_without_its_patch_on_a_new_pyarrow_is_sent_to_the_patch(tmp_path, monkeypatch):
+def test_a_petastorm_that_imports_pyarrow_filesystem_is_sent_to_petastorm_0_12_1(tmp_path, monkeypatch):
     # What petastorm 0.12.1 as released does on pyarrow >= 15 (petastorm/utils.py).
     (tmp_path / "petastorm").mkdir()
     (tmp_path / "petastorm" / "__init__.py").write_text("from pyarrow.filesystem import LocalFileSystem\n")
@@ -363,7 +373,7 @@ def test_petastorm_without_its_patch_on_a_new_pyarrow_is_sent_to_the_patch(tmp_p
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "pyarrow.filesystem", None)
     result = doctor.check_package("petastorm", "petastorm", None)
-    assert (result.ok, result.fix) == (False, doctor.PETASTORM_PATCH_FIX)
+    assert (result.ok, result.fix) == (False, doctor.PETASTORM_FIX)
     assert "pyarrow.filesystem" in result.detail
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from sparkml_par.config import Config
 from sparkml_par.contract import MODEL_DIR, PREDICTED_LABEL, PREDICTION, ROW_ID, SCORE_METRICS, SCORE_QUARANTINE_DIR
 from sparkml_par.errors import SparkmlParError
+from sparkml_par.session import require_classic_session
 from sparkml_par.infer import inputs, metrics, publish
 from sparkml_par.infer.arrow_predict import output_schema, predict_batches
 from sparkml_par.spark_jobs import JobName, spark_job
@@ -91,6 +92,7 @@ def score_job(spark, cfg: Config) -> ScoreResult:
     """Scores score.input (default: the model's test split) and publishes predictions and metrics."""
     from data_prep.ingest import parsing_whole_csv_rows
 
+    require_classic_session(spark, "score")
     # A raw CSV input: its rows are counted and scored alike.
     with parsing_whole_csv_rows(spark), spark_job(spark.sparkContext, "score: read the input") as step:
         return _score_job(spark, cfg, step)

@@ -29,6 +29,7 @@ from sparkml_par.contract import (
     TRAIN_METRICS,
 )
 from sparkml_par.errors import SparkmlParError
+from sparkml_par.session import require_classic_session
 from sparkml_par.launch.slots import check_barrier_launch
 from sparkml_par.models.registry import build_from_spec, model_spec
 from sparkml_par.spark_jobs import spark_job
@@ -130,6 +131,7 @@ def train(spark, cfg: Config, on_epoch: Callable[[dict[str, Any]], None] | None 
     on_epoch, when given, gets rank 0's record of every epoch as it ends (the pipeline's tracking)."""
     from data_prep.manifest import read_manifest
 
+    require_classic_session(spark, "train")
     Store(cfg.train.output).check_writable("train.output")
     dataset_url = qualify_url(cfg.data.output)
     manifest = read_manifest(spark, dataset_url)

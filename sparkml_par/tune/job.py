@@ -15,6 +15,7 @@ from typing import Any
 from sparkml_par.config import Config
 from sparkml_par.contract import MANIFEST_TASK
 from sparkml_par.errors import SparkmlParError
+from sparkml_par.session import require_classic_session
 from sparkml_par.stage import Run, Stage, fingerprint
 from sparkml_par.storage import qualify_url
 from sparkml_par.store import Store, WorkingCopy, local_file
@@ -44,6 +45,7 @@ def tune(spark, cfg: Config) -> TuneResult:
     """Runs the search cfg.tune describes on the dataset at cfg.data.output."""
     from data_prep.manifest import read_manifest
 
+    require_classic_session(spark, "tune")
     started = time.monotonic()
     Store(cfg.tune.output).check_writable("tune.output")
     space = SearchSpace.from_config(cfg.tune.space)
