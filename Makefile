@@ -27,13 +27,13 @@ setup: $(STAMP)
 	$(PY) -m sparkml_par.class_archive
 
 # Re-runs only when the pins or the package metadata change; the Horovod wheel is cached.
-$(STAMP): $(CONSTRAINTS) setup.cfg pyproject.toml scripts/build_horovod.sh
+$(STAMP): $(CONSTRAINTS) constraints-build.txt setup.cfg pyproject.toml scripts/build_horovod.sh
 	@test -n "$(PYTHON)" || { echo "make: no Python $(PYTHON_VERSION) for STACK=$(STACK) (scripts/find_python.sh)"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade -c $(CONSTRAINTS) pip setuptools wheel
 	$(PY) -m pip install --quiet -c $(CONSTRAINTS) torch
 	scripts/build_horovod.sh $(PY) $(CONSTRAINTS)
-	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e '.[test,mlflow]'
+	$(PY) -m pip install --quiet -c $(CONSTRAINTS) --build-constraint constraints-build.txt -e '.[test,mlflow]'
 	$(VENV)/bin/sparkml-par doctor
 	touch $(STAMP)
 

@@ -1,38 +1,77 @@
 """The Spark ML feature pipeline: fitted on the train split only, saved with the dataset, reused by scoring.
 
-Tabular inputs go through imputer -> string indexer -> one-hot -> vector assembler -> standard scaler
-(each as configured); the result becomes the `features` column as a float32 array. Inputs that arrive
-as one numeric vector (digits, images, synthetic) need no pipeline and pass through unchanged.
+Tabular inputs go through date parts -> imputer -> string indexer -> category cap -> one-hot -> vector
+assembler -> standard scaler (each as configured); the result becomes the `features` column as a float32
+array. Inputs that arrive as one numeric vector (digits, images, synthetic) need no pipeline and pass through
+unchanged. Every step is a stage of the saved PipelineModel, so scoring repeats it exactly.
 """
 
 from __future__ import annotations
+
+import logging
+from typing import Any
 
 from sparkml_par.config import ColumnSpec, FeaturizeConfig
 from sparkml_par.contract import FEATURES
 from sparkml_par.errors import SparkmlParError
 
+log = logging.getLogger(__name__)
+
 _VECTOR = "_features_vector"
 _SCALED = "_features_scaled"
+# The numbers a timestamp or date feature becomes, as Spark SQL functions of it (in the session's time zone).
+DATETIME_PARTS = {
+    "timestamp": ("year", "month", "dayofmonth", "dayofweek", "hour"),
+    "date": ("year", "month", "dayofmonth", "dayofweek"),
+}
+NUMERIC_TYPES = ("float", "int", "bool")
+# What a category outside the kept ones becomes (and an unseen one at scoring).
+OTHER_CATEGORY = "<other>"
 
 
 def needs_pipeline(specs: list[ColumnSpec]) -> bool:
     return not (len(specs) == 1 and specs[0].type == "vector")
 
 
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def datetime_parts(specs: list[ColumnSpec]) -> list[str]:
+    """The part columns the timestamp and date features become, in the order they are assembled."""
+    return [f"{s.name}__{part}" for s in specs if s.type in DATETIME_PARTS for part in DATETIME_PARTS[s.type]]
+
+
 def fit_feature_pipeline(train_df, specs: list[ColumnSpec], cfg: FeaturizeConfig):
     """Fits the configured stages on the train split (never on validation or test rows)."""
     from pyspark.ml import Pipeline
-    from pyspark.ml.feature import Imputer, OneHotEncoder, StandardScaler, StringIndexer, VectorAssembler
+    from pyspark.ml.feature import (
+        Imputer,
+        OneHotEncoder,
+        SQLTransformer,
+        StandardScaler,
+        StringIndexer,
+        VectorAssembler,
+    )
 
     vectors = [s.name for s in specs if s.type == "vector"]
     if vectors:
         raise SparkmlParError(
             f"data.features: vector column(s) {vectors} cannot be mixed with other feature columns; "
-            f"declare one vector column alone, or only scalar (float, int, string) columns"
+            f"declare one vector column alone, or only scalar (float, int, bool, string, timestamp, date) columns"
         )
-    numeric = [s.name for s in specs if s.type in ("float", "int")]
+    stages: list[Any] = []
+    datetimes = [s for s in specs if s.type in DATETIME_PARTS]
+    if datetimes:
+        parts = [
+            f"CAST({part}({_quoted(s.name)}) AS DOUBLE) AS {_quoted(f'{s.name}__{part}')}"
+            for s in datetimes
+            for part in DATETIME_PARTS[s.type]
+        ]
+        stages.append(SQLTransformer(statement=f"SELECT *, {', '.join(parts)} FROM __THIS__"))
+    numeric = [s.name for s in specs if s.type in NUMERIC_TYPES] + datetime_parts(specs)
     strings = [s.name for s in specs if s.type == "string"]
-    stages, assembled = [], []
+    assembled = []
     if numeric and cfg.impute != "none":
         imputed = [f"{n}__imputed" for n in numeric]
         stages.append(Imputer(inputCols=numeric, outputCols=imputed, strategy=cfg.impute))
@@ -41,8 +80,18 @@ def fit_feature_pipeline(train_df, specs: list[ColumnSpec], cfg: FeaturizeConfig
         assembled += numeric
     if strings:
         indexed = [f"{s}__index" for s in strings]
-        # "keep" gives categories unseen in training (or at scoring time) their own index.
-        stages.append(StringIndexer(inputCols=strings, outputCols=indexed, handleInvalid="keep"))
+        # Most frequent first; "keep" gives categories unseen in training (or at scoring time) their own index.
+        stages.append(
+            StringIndexer(inputCols=strings, outputCols=indexed, handleInvalid="keep", stringOrderType="frequencyDesc")
+        )
+        if cfg.max_categories:
+            # Index K and above (the rarer categories, and unseen ones) is one category, <other>.
+            capped = [f"{s}__capped" for s in strings]
+            least = [
+                f"LEAST({_quoted(i)}, {float(cfg.max_categories)}) AS {_quoted(c)}" for i, c in zip(indexed, capped)
+            ]
+            stages.append(SQLTransformer(statement=f"SELECT *, {', '.join(least)} FROM __THIS__"))
+            indexed = capped
         if cfg.one_hot:
             encoded = [f"{s}__onehot" for s in strings]
             stages.append(OneHotEncoder(inputCols=indexed, outputCols=encoded, handleInvalid="keep"))
@@ -53,6 +102,33 @@ def fit_feature_pipeline(train_df, specs: list[ColumnSpec], cfg: FeaturizeConfig
     if cfg.scale:
         stages.append(StandardScaler(inputCol=_VECTOR, outputCol=_SCALED, withMean=True, withStd=True))
     return Pipeline(stages=stages).fit(train_df)
+
+
+def category_counts(model, specs: list[ColumnSpec], max_categories: int) -> dict[str, dict[str, int]]:
+    """Per text feature, its distinct values in train and how many the pipeline keeps (the rest are <other>);
+    a warning for each column that was cut."""
+    from pyspark.ml.feature import StringIndexerModel
+
+    strings = [s.name for s in specs if s.type == "string"]
+    indexers = [stage for stage in model.stages if isinstance(stage, StringIndexerModel)]
+    if not strings or not indexers:
+        return {}
+    counts = {}
+    for name, labels in zip(strings, indexers[0].labelsArray):
+        kept = min(len(labels), max_categories) if max_categories else len(labels)
+        counts[name] = {"distinct": len(labels), "kept": kept}
+        if kept < len(labels):
+            log.warning(
+                "data.features %r: %d distinct values in train, the %d most frequent kept as categories and the "
+                "other %d read as %s (featurize.max_categories=%d; 0 keeps all)",
+                name,
+                len(labels),
+                kept,
+                len(labels) - kept,
+                OTHER_CATEGORY,
+                max_categories,
+            )
+    return counts
 
 
 def transform(model, df):
@@ -84,7 +160,8 @@ def export_fitted(pipeline_url: str | None, raw_types: dict[str, str]) -> dict |
     """The fitted pipeline as plain numbers, to apply without Spark (the MLflow model of an artifact): the
     assembled columns in order, each one's imputation value, the scaler's mean and standard deviation.
 
-    None when the pipeline indexes strings: the MLflow model then is not logged (the notice says why).
+    None when the pipeline reads more than numbers (text, bool words, dates): the MLflow model then is not
+    logged (the notice says why).
     """
     from pyspark.ml import PipelineModel
     from pyspark.ml.feature import ImputerModel, StandardScalerModel, VectorAssembler
@@ -92,6 +169,8 @@ def export_fitted(pipeline_url: str | None, raw_types: dict[str, str]) -> dict |
     if pipeline_url is None:
         (name,) = raw_types
         return {"vector": name}
+    if any(kind not in ("float", "int") for kind in raw_types.values()):
+        return None
     exported: dict = {"columns": [], "impute": {}, "mean": None, "std": None}
     for stage in PipelineModel.load(pipeline_url).stages:
         if isinstance(stage, ImputerModel):

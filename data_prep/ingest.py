@@ -76,6 +76,8 @@ def ingest(spark, cfg: DataConfig, classes: list[str] | None = None) -> Ingested
             f"data.path {cfg.path!r} has no columns (is the {cfg.source} input empty?); "
             f"point data.path at a non-empty input"
         )
+    if cfg.source in ("csv", "json"):
+        df = _with_null_tokens(df, raw_columns, cfg.null_values)
     df = _with_content_row_id(df, raw_columns)
     return Ingested(df=df, input_fingerprint=fingerprint, features=list(cfg.features), content_row_ids=True)
 
@@ -164,6 +166,20 @@ def naming_unreadable_files(cfg: DataConfig):
         if error is None:
             raise
         raise error from None
+
+
+def _with_null_tokens(df, raw_columns: list[str], tokens: list[str]):
+    """Text values listed in data.null_values read as missing, as pandas reads an R export's NA or a NaN: the
+    label's are then `null:<label>`, a feature's imputed (or `null:<col>` without imputation)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType
+
+    texts = [c for c in raw_columns if isinstance(df.schema[c].dataType, StringType)]
+    if not tokens or not texts:
+        return df
+    return df.withColumns(
+        {c: F.when(F.col(f"`{c}`").isin(*tokens), F.lit(None)).otherwise(F.col(f"`{c}`")) for c in texts}
+    )
 
 
 def _with_content_row_id(df, raw_columns: list[str]):

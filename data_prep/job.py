@@ -24,6 +24,7 @@ from sparkml_par.config import Config, DataConfig
 from sparkml_par.contract import (
     FEATURE_PIPELINE_DIR,
     FEATURES,
+    MANIFEST_CATEGORIES,
     MANIFEST_CLASS_COUNTS,
     MANIFEST_CLASS_WARNINGS,
     MANIFEST_CLASSES,
@@ -38,6 +39,7 @@ from sparkml_par.contract import (
     MANIFEST_INPUT_FINGERPRINT,
     MANIFEST_LABEL,
     MANIFEST_LABEL_SCALE,
+    MANIFEST_LEFT_OUT,
     MANIFEST_MAX_SHARDS,
     MANIFEST_NUM_CLASSES,
     MANIFEST_OWNER,
@@ -222,6 +224,10 @@ def _build_validated(
         MANIFEST_FEATURE_PIPELINE: FEATURE_PIPELINE_DIR if model is not None else None,
         MANIFEST_RAW_COLUMNS: [s.name for s in v.features],
         MANIFEST_RAW_TYPES: {s.name: s.type for s in v.features},
+        MANIFEST_CATEGORIES: featurize.category_counts(model, v.features, cfg.featurize.max_categories)
+        if model is not None
+        else {},
+        MANIFEST_LEFT_OUT: v.left_out,
         # The data config with the feature columns as validated: scoring reads raw rows by the same rules.
         MANIFEST_DATA_CONFIG: dataclasses.asdict(dataclasses.replace(cfg, features=v.features)),
         MANIFEST_ROWS_IN: v.rows_in,
@@ -379,6 +385,11 @@ def summary(result: PrepareResult) -> str:
             + ", ".join(f"{names[int(k)] if names and int(k) < len(names) else k}={n}" for k, n in counts.items())
         )
         lines += [f"  warning       {w}" for w in m.get(MANIFEST_CLASS_WARNINGS, [])]
+    for name, counted in (m.get(MANIFEST_CATEGORIES) or {}).items():
+        cut = f", the rest read as {featurize.OTHER_CATEGORY}" if counted["kept"] < counted["distinct"] else ""
+        lines.append(f"  text column   {name}: {counted['distinct']} distinct in train, {counted['kept']} kept{cut}")
+    for name, why in (m.get(MANIFEST_LEFT_OUT) or {}).items():
+        lines.append(f"  left out      {name}: {why}")
     for name, split in m[MANIFEST_SPLITS].items():
         lines.append(
             f"  {name:<13} {split['rows']} rows in {split['row_groups']} row groups, {len(split['files'])} files"

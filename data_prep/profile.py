@@ -47,8 +47,8 @@ def profile(df, label: str, specs: list[ColumnSpec], label_distribution: dict[st
     sessions, two of each, alternating): the wide plan's code generation, its 1 MB task binary and its
     execution. Vector columns (one, alone, in a valid config) keep an aggregate of their own.
     """
-    numeric = [label] + [s.name for s in specs if s.type in ("float", "int")]
-    strings = [s.name for s in specs if s.type == "string"]
+    numeric = [label] + [s.name for s in specs if s.type in ("float", "int", "bool")]
+    strings = [s.name for s in specs if s.type in ("string", "timestamp", "date")]  # timestamps: distinct counts
     rows, columns = _scalar_statistics(df, numeric, strings)
     vectors = [s.name for s in specs if s.type == "vector"]
     if vectors:

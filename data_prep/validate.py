@@ -9,7 +9,8 @@ Each row gets the first reason it fails, in column order: `malformed_row` / `und
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, field
 from typing import Any
 
 from data_prep.ingest import Ingested, naming_unreadable_files
@@ -17,10 +18,15 @@ from sparkml_par.config import ColumnSpec, DataConfig
 from sparkml_par.contract import INGEST_ERROR, INTERNAL_COLUMNS, RAW_RECORD, REJECT_REASON, ROW_ID
 from sparkml_par.errors import SparkmlParError
 
+log = logging.getLogger(__name__)
+
 # More distinct text labels than this means the column is not a class label (an id, free text).
 MAX_CLASSES = 1000
 # What a missing category becomes when imputation is on: a category of its own, in prepare and in scoring.
 MISSING_CATEGORY = "<missing>"
+# The words a bool column may hold (any case, around spaces); JSON and Parquet booleans are taken as they are.
+TRUE_WORDS = ("true", "t", "yes", "y", "1", "1.0")
+FALSE_WORDS = ("false", "f", "no", "n", "0", "0.0")
 
 
 @dataclass
@@ -38,6 +44,8 @@ class Validated:
     classes: list[str] | None = None
     # Every row typed and annotated, persisted by prepare's validate (clean and rejected read it).
     annotated: Any = None
+    # Inferred feature columns left out (unique per row), with why.
+    left_out: dict[str, str] = field(default_factory=dict)
 
     def release(self) -> None:
         """Frees the persisted rows once their last job ran."""
@@ -79,7 +87,7 @@ def validate(ing: Ingested, cfg: DataConfig) -> Validated:
     df = ing.df
     raw_columns = [c for c in df.columns if c not in INTERNAL_COLUMNS]
     require_column(cfg.label, raw_columns, "data.label")
-    specs = ing.features or _infer_specs(df, cfg, raw_columns)
+    specs, left_out = (ing.features, {}) if ing.features else _infer_specs(df, cfg, raw_columns)
     for i, spec in enumerate(specs):
         require_column(spec.name, raw_columns, f"data.features[{i}].name")
     # The split key travels with the clean rows; a feature or label used as key is already there.
@@ -114,7 +122,9 @@ def validate(ing: Ingested, cfg: DataConfig) -> Validated:
         *[F.col(f"_typed_{i}").alias(spec.name) for i, spec in enumerate(specs)],
         *carried,
     ]
-    return _validated(annotated, df, raw_columns, clean_columns, counts, specs, num_classes, classes)
+    validated = _validated(annotated, df, raw_columns, clean_columns, counts, specs, num_classes, classes)
+    validated.left_out = left_out
+    return validated
 
 
 def validate_for_scoring(ing: Ingested, cfg: DataConfig, specs: list[ColumnSpec]) -> Validated:
@@ -278,15 +288,25 @@ def check_reject_fraction(v: Validated, cfg: DataConfig, quarantine_url: str) ->
         )
 
 
-def _infer_specs(df, cfg: DataConfig, raw_columns: list[str]) -> list[ColumnSpec]:
-    """`features: []` means every column but the label and the split key: numbers as float, text as categories.
+# An inferred column whose distinct values are at least this fraction of its values, over at least
+# MIN_ROWS_UNIQUE rows, is unique per row (an id, free text): left out of inferred features.
+UNIQUE_FRACTION = 0.9
+MIN_ROWS_UNIQUE = 50
+# Words a text column of bools holds (digits 0 / 1 read as numbers first).
+_BOOL_WORDS = tuple(w for w in TRUE_WORDS + FALSE_WORDS if not w[0].isdigit())
 
-    A text column (every CSV column, a JSON string) is a number column when most of its values parse as
-    numbers (the few that do not are quarantined as unparseable), else a category column; one aggregate
-    over the input counts both.
+
+def _infer_specs(df, cfg: DataConfig, raw_columns: list[str]) -> tuple[list[ColumnSpec], dict[str, str]]:
+    """`features: []` means every column but the label and the split key; and the columns left out, with why.
+
+    A column's type follows its Spark type (numbers, bool, timestamp, date), or for text (every CSV column, a
+    JSON string) what most of its values parse as: numbers, bool words (true/false, yes/no), ISO 8601
+    timestamps or dates; else it is a category column. A text or whole-number column with a distinct value in
+    (nearly) every row is an id or free text, not a feature: it is left out and said so. One aggregate over
+    the input counts all of it.
     """
     from pyspark.sql import functions as F
-    from pyspark.sql.types import ArrayType, NumericType, StringType
+    from pyspark.sql.types import ArrayType, BooleanType, DateType, IntegralType, NumericType, StringType
 
     fields = [f for f in df.schema.fields if f.name in raw_columns and f.name not in (cfg.label, cfg.split.key)]
     if not fields:
@@ -299,26 +319,70 @@ def _infer_specs(df, cfg: DataConfig, raw_columns: list[str]) -> list[ColumnSpec
                 f"data.features: column {f.name!r} is an array; declare it with "
                 f"type: vector and its size, e.g. {{name: {f.name}, type: vector, size: 64}}"
             )
-    texts = [f.name for f in fields if isinstance(f.dataType, StringType)]
-    numbers_in_text = {}
-    if texts:
-        counts = []
-        for i, name in enumerate(texts):
-            column = F.col(f"`{name}`")
+    counts = []
+    for i, f in enumerate(fields):
+        quoted = "`" + f.name.replace("`", "``") + "`"
+        column = F.col(quoted)
+        counts += [F.count(column).alias(f"values_{i}"), F.approx_count_distinct(column).alias(f"distinct_{i}")]
+        if isinstance(f.dataType, StringType):
+            number = F.expr(f"try_cast({quoted} AS double)")
+            moment = F.expr(f"try_to_timestamp({quoted})")
+            word = F.lower(F.trim(column))
             counts += [
-                F.count(column).alias(f"values_{i}"),
-                F.count(F.expr(f"try_cast(`{name}` AS double)")).alias(f"numbers_{i}"),
+                F.count(number).alias(f"numbers_{i}"),
+                F.count(F.when(number == F.floor(number), 1)).alias(f"wholes_{i}"),
+                F.count(F.when(word.isin(*_BOOL_WORDS), 1)).alias(f"bools_{i}"),
+                F.count(moment).alias(f"moments_{i}"),
+                F.count(F.when(moment.isNotNull() & (F.length(F.trim(column)) <= 10), 1)).alias(f"dates_{i}"),
             ]
-        with naming_unreadable_files(cfg):
-            row = df.where(F.col(INGEST_ERROR).isNull()).agg(*counts).first()
-        numbers_in_text = {name: row[f"numbers_{i}"] > row[f"values_{i}"] / 2 for i, name in enumerate(texts)}
-    return [
-        ColumnSpec(
-            name=f.name,
-            type="float" if isinstance(f.dataType, NumericType) or numbers_in_text.get(f.name) else "string",
+    with naming_unreadable_files(cfg):
+        row = df.where(F.col(INGEST_ERROR).isNull()).agg(*counts).first()
+    specs, left_out = [], {}
+    for i, f in enumerate(fields):
+        values, distinct = row[f"values_{i}"], row[f"distinct_{i}"]
+        unique = values >= MIN_ROWS_UNIQUE and distinct >= UNIQUE_FRACTION * values
+        dtype = f.dataType
+        if isinstance(dtype, BooleanType):
+            kind = "bool"
+        elif isinstance(dtype, DateType):
+            kind = "date"
+        elif dtype.typeName() in ("timestamp", "timestamp_ntz"):
+            kind = "timestamp"
+        elif isinstance(dtype, NumericType):
+            kind = "id" if unique and isinstance(dtype, IntegralType) else "float"
+        elif isinstance(dtype, StringType) and values:
+            kind = _text_kind(row, i, values, unique)
+        else:
+            kind = "string"
+        if kind == "id":
+            left_out[f.name] = f"a distinct value in {distinct} of {values} rows (an id or free text)"
+            continue
+        specs.append(ColumnSpec(name=f.name, type=kind))
+    for name, why in left_out.items():
+        log.warning(
+            "data.features %r is left out of the inferred features: %s; declare it in data.features to keep it",
+            name,
+            why,
         )
-        for f in fields
-    ]
+    if not specs:
+        raise SparkmlParError(
+            f"data.features: every column besides the label is unique per row ({', '.join(map(repr, left_out))}), "
+            f"so none is a feature; declare the feature columns in data.features"
+        )
+    return specs, left_out
+
+
+def _text_kind(row, i: int, values: int, unique: bool) -> str:
+    """What a text column holds, by what most of its values parse as; "id" when it is unique per row."""
+    numbers, wholes = row[f"numbers_{i}"], row[f"wholes_{i}"]
+    if numbers > values / 2:
+        return "id" if unique and wholes == numbers else "float"
+    if row[f"bools_{i}"] > values / 2:
+        return "bool"
+    moments = row[f"moments_{i}"]
+    if moments > values / 2:
+        return "date" if row[f"dates_{i}"] == moments else "timestamp"
+    return "id" if unique else "string"
 
 
 def _check_label_type(df, cfg: DataConfig) -> None:
@@ -434,17 +498,55 @@ def _feature_checks(df, spec: ColumnSpec, cfg: DataConfig):
                 )
             )
         return value, checks
+    nullable = cfg.featurize.impute != "none"
+    if spec.type in ("bool", "timestamp", "date"):
+        value = _as_bool(df, spec) if spec.type == "bool" else _as_timestamp(df, spec)
+        checks = [] if nullable else [(raw.isNull(), F.lit(f"null:{spec.name}"))]
+        return value, checks + [(raw.isNotNull() & value.isNull(), F.lit(f"unparseable:{spec.name}"))]
     if not isinstance(dtype, (NumericType, StringType)):
         raise SparkmlParError(
             f"data.features: column {spec.name!r} is declared type: {spec.type} but holds "
             f"{dtype.simpleString()}; declare its real type or convert it"
         )
     value = _as_double(df, spec.name)
-    nullable = cfg.featurize.impute != "none"
     checks = _number_checks(
         raw, value, spec.name, dtype, integer=spec.type == "int", low=spec.min, high=spec.max, nullable=nullable
     )
     return value, checks
+
+
+def _as_bool(df, spec: ColumnSpec):
+    """A bool column as 1.0 / 0.0, null when it holds anything else (then `unparseable:<col>`)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BooleanType
+
+    raw = F.col(f"`{spec.name}`")
+    if isinstance(df.schema[spec.name].dataType, BooleanType):
+        return raw.cast("double")
+    word = F.lower(F.trim(raw.cast("string")))
+    return F.when(word.isin(*TRUE_WORDS), F.lit(1.0)).when(word.isin(*FALSE_WORDS), F.lit(0.0))
+
+
+def _as_timestamp(df, spec: ColumnSpec):
+    """A timestamp or date column as a timestamp: a Spark timestamp or date as it is, text parsed with
+    spec.format or as ISO 8601 (`2013-01-01T10:00:00Z`, `2013-01-01`), null when it does not parse."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import DateType, StringType, TimestampType
+
+    raw = F.col(f"`{spec.name}`")
+    dtype = df.schema[spec.name].dataType
+    if isinstance(dtype, (TimestampType, DateType)) or dtype.typeName() == "timestamp_ntz":
+        return raw.cast("timestamp")
+    if not isinstance(dtype, StringType):
+        raise SparkmlParError(
+            f"data.features: column {spec.name!r} is declared type: {spec.type} but holds "
+            f"{dtype.simpleString()}; declare its real type or convert it"
+        )
+    quoted = "`" + spec.name.replace("`", "``") + "`"
+    if spec.format is None:
+        return F.expr(f"try_to_timestamp({quoted})")
+    pattern = spec.format.replace("\\", "\\\\").replace("'", "\\'")
+    return F.expr(f"try_to_timestamp({quoted}, '{pattern}')")
 
 
 def _vector_checks(raw, spec: ColumnSpec):

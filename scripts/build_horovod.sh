@@ -26,6 +26,8 @@
 #   image, this project's CI: torch 2.3.1+cu121 beside CUDA 13 found "FOUND_LIB_cudart NOTFOUND"). Patched,
 #   Horovod gets GPU operations only when HOROVOD_GPU_OPERATIONS asks for them (this script sets it where
 #   torch sees a GPU); otherwise it is the same Gloo build a CPU torch gets.
+# The wheel's version carries the torch it was built against as a local label (0.28.1+torch2.13.0.cpu; pip's
+# `horovod==0.28.1` still matches it), so `sparkml-par doctor` can tell a Horovod built for another torch.
 # PATCH_LEVEL names this set of patches: it is part of the wheel cache's name, which pip records as the
 # installed wheel's origin (direct_url.json), so a build without the current patches is rebuilt. The wheel is cached by Horovod,
 # torch and Python versions (a build takes minutes on two cores); a second run installs the cached wheel.
@@ -38,7 +40,7 @@ CONSTRAINTS=${2:-$(dirname "$0")/../constraints.txt}
 [ -f "$CONSTRAINTS" ] || { echo "build_horovod: constraints file '$CONSTRAINTS' not found" >&2; exit 1; }
 HOROVOD_VERSION=$(sed -n 's/^horovod==//p' "$CONSTRAINTS")
 CACHE_ROOT=${SPARKML_PAR_WHEEL_CACHE:-$HOME/.cache/sparkml_par/wheels}
-PATCH_LEVEL=5
+PATCH_LEVEL=6
 
 die() { echo "build_horovod: $*" >&2; exit 1; }
 
@@ -47,15 +49,16 @@ command -v cmake >/dev/null || die "cmake not found. Install it: apt-get install
 [ -x "$PYTHON" ] || die "python '$PYTHON' not found. Run 'make setup' to create the virtual environment"
 TORCH_VERSION=$("$PYTHON" -c 'import torch; print(torch.__version__)' 2>/dev/null) \
   || die "torch is not importable by $PYTHON: install the pinned torch first (pip install -c $CONSTRAINTS torch)"
+TORCH_LABEL="torch${TORCH_VERSION//+/.}"
 PY_TAG=$("$PYTHON" -c 'import sys; print(f"py{sys.version_info[0]}{sys.version_info[1]}")')
 HAS_CUDA=$("$PYTHON" -c 'import torch; print(int(torch.version.cuda is not None and torch.cuda.is_available()))')
 
-if "$PYTHON" - "$HOROVOD_VERSION" "$PATCH_LEVEL" <<'PY' 2>/dev/null
+if "$PYTHON" - "$HOROVOD_VERSION" "$PATCH_LEVEL" "$TORCH_LABEL" <<'PY' 2>/dev/null
 import importlib.metadata, sys, horovod, horovod.torch as hvd
 # pip records the wheel it installed from: one of this script's, built with this patch level.
 source = importlib.metadata.distribution("horovod").read_text("direct_url.json") or ""
 built_here = f"/horovod-{sys.argv[1]}-patch{sys.argv[2]}-" in source
-sys.exit(0 if horovod.__version__ == sys.argv[1] and hvd.gloo_built() and built_here else 1)
+sys.exit(0 if horovod.__version__ == f"{sys.argv[1]}+{sys.argv[3]}" and hvd.gloo_built() and built_here else 1)
 PY
 then
   echo "build_horovod: horovod $HOROVOD_VERSION (patch level $PATCH_LEVEL) with Gloo and PyTorch is already installed"
@@ -75,6 +78,9 @@ if [ -z "$WHEEL" ]; then
   sed -i 's/CMAKE_CXX_STANDARD 14/CMAKE_CXX_STANDARD 17/' "$SRC/CMakeLists.txt" "$SRC/horovod/torch/CMakeLists.txt"
   grep -q 'CMAKE_CXX_STANDARD 17' "$SRC/horovod/torch/CMakeLists.txt" \
     || die "the C++17 patch did not apply: horovod/torch/CMakeLists.txt changed upstream"
+  sed -i "s/^__version__ = '$HOROVOD_VERSION'\$/__version__ = '$HOROVOD_VERSION+$TORCH_LABEL'/" "$SRC/horovod/__init__.py"
+  grep -qF "__version__ = '$HOROVOD_VERSION+$TORCH_LABEL'" "$SRC/horovod/__init__.py" \
+    || die "the version label did not apply: horovod/__init__.py changed upstream"
   FIND_TORCH="$SRC/cmake/Modules/FindPytorch.cmake"
   CUDA_TEST='print(True if ((torch.version.cuda is not None) and (CUDA_HOME is not None)) else False)'
   [ "$(grep -cF "$CUDA_TEST" "$FIND_TORCH")" = 1 ] \
@@ -181,6 +187,6 @@ else
   echo "build_horovod: reusing cached wheel $WHEEL"
 fi
 "$PYTHON" -m pip install --quiet --no-deps --force-reinstall "$WHEEL"
-"$PYTHON" -m pip install --quiet -c "$CONSTRAINTS" cloudpickle psutil pyyaml packaging
+"$PYTHON" -m pip install --quiet -c "$CONSTRAINTS" cloudpickle psutil pyyaml packaging cffi
 "$PYTHON" -c 'import horovod.torch as hvd; assert hvd.gloo_built(), "horovod was built without Gloo"'
 echo "build_horovod: installed $(basename "$WHEEL")"

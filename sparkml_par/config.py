@@ -34,6 +34,31 @@ def _field(default: Any, doc: str, *, minimum: float | None = None, maximum: flo
     return field(default=default, metadata=meta)
 
 
+# What pandas.read_csv reads as missing by default (its na_values), so an export from R (NA), Excel (#N/A) or
+# pandas (NaN, <NA>) means the same here.
+NULL_VALUES = (
+    "",
+    "#N/A",
+    "#N/A N/A",
+    "#NA",
+    "-1.#IND",
+    "-1.#QNAN",
+    "-NaN",
+    "-nan",
+    "1.#IND",
+    "1.#QNAN",
+    "<NA>",
+    "N/A",
+    "NA",
+    "NULL",
+    "NaN",
+    "None",
+    "n/a",
+    "nan",
+    "null",
+)
+
+
 @dataclass
 class SparkConfig:
     master: str = _field("local[2]", "Spark master URL; local[N] is the embedded default, no cluster needed.")
@@ -49,7 +74,14 @@ class SparkConfig:
 @dataclass
 class ColumnSpec:
     name: str = _field("", "Column name in the raw input.")
-    type: Literal["float", "int", "string", "vector"] = _field("float", "Expected type after parsing.")
+    type: Literal["float", "int", "bool", "string", "timestamp", "date", "vector"] = _field(
+        "float",
+        "Expected type after parsing; a timestamp becomes its year, month, day, day of week and hour, a date "
+        "the same but the hour, a bool 0 or 1.",
+    )
+    format: Optional[str] = _field(
+        None, "Spark datetime pattern of a timestamp or date column (yyyy-MM-dd HH:mm); unset reads ISO 8601."
+    )
     min: Optional[float] = _field(None, "Smallest valid value (rows below it are quarantined).")
     max: Optional[float] = _field(None, "Largest valid value (rows above it are quarantined).")
     categories: Optional[list[str]] = _field(None, "Allowed values of a string column; others are quarantined.")
@@ -77,6 +109,11 @@ class SplitConfig:
 @dataclass
 class FeaturizeConfig:
     impute: Literal["none", "mean", "median"] = _field("none", "Fill missing numeric features with this statistic.")
+    max_categories: int = _field(
+        100,
+        "Categories kept per text column, the most frequent in train; the rest become <other>. 0 keeps all.",
+        minimum=0,
+    )
     one_hot: bool = _field(True, "One-hot encode indexed string columns.")
     scale: bool = _field(True, "Standard-scale the assembled feature vector.")
 
@@ -89,6 +126,9 @@ class DataConfig:
     path: Optional[str] = _field(None, "Input URL for csv/json/parquet/images (any URL Spark reads).")
     csv_header: bool = _field(True, "The CSV's first line names the columns.")
     csv_sep: str = _field(",", "CSV field separator.")
+    null_values: list[str] = _field(
+        list(NULL_VALUES), "Text read as missing in CSV and JSON (pandas' defaults); [] reads only empty as missing."
+    )
     label: str = _field("label", "Label column.")
     task: Literal["classification", "regression"] = _field("classification", "What the label is.")
     num_classes: int = _field(0, "Classes of a classification label; 0 means read from the data.", minimum=0)

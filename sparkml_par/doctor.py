@@ -32,8 +32,7 @@ PETASTORM_FIX = (
 STACKS = {
     "pinned": "constraints.txt",
     **{
-        name: f"constraints-{name}.txt"
-        for name in ("current", "databricks-15.4", "databricks-16.4", "databricks-17.3")
+        name: f"constraints-{name}.txt" for name in ("current", "databricks-15.4", "databricks-16.4", "databricks-17.3")
     },
 }
 # What decides which stack an environment holds.
@@ -238,10 +237,23 @@ def check_horovod(pins: Optional[Pins]) -> CheckResult:
     horovod, error = _import("horovod")
     if error:
         return CheckResult("Horovod", False, error, HOROVOD_FIX)
-    version = horovod.__version__
+    version, _, label = horovod.__version__.partition("+")
     problem = version_problem("horovod", version, pins)
     if problem:
         return CheckResult("Horovod", False, f"{version}; {problem}", HOROVOD_FIX)
+    import torch
+
+    # scripts/build_horovod.sh labels the wheel with the torch it was built against: 0.28.1+torch2.3.1.cu121.
+    built_for = label[len("torch") :] if label.startswith("torch") else None
+    if built_for is not None and built_for != torch.__version__.replace("+", "."):
+        return CheckResult(
+            "Horovod",
+            False,
+            f"{version} built against torch {built_for}, but this environment imports torch {torch.__version__}",
+            "rebuild it against this torch: scripts/build_horovod.sh PYTHON (make setup runs it); on a cluster, "
+            "install the wheel built for the cluster's torch",
+        )
+    version += f" (built against torch {built_for})" if built_for else " (built against an unrecorded torch)"
     hvd, error = _import("horovod.torch")
     if error:
         return CheckResult("Horovod", False, f"{version} without PyTorch support: {error}", HOROVOD_FIX)
@@ -252,8 +264,6 @@ def check_horovod(pins: Optional[Pins]) -> CheckResult:
     )
     if not gloo:
         return CheckResult("Horovod", False, f"{detail}; the Spark launcher needs Gloo", HOROVOD_FIX)
-    import torch
-
     if torch.cuda.is_available() and not nccl:
         return CheckResult(
             "Horovod",

@@ -117,21 +117,21 @@ def _major(dist: str) -> int:
 
 
 def edit_source(name: str, text: str) -> str:
-    """petastorm's `name` (a path inside the package) with its EDITS applied; each counted before any is made."""
-    edits = [edit for edit in EDITS if edit[0] == name]
-    errors = [
-        f"{name}: {count} occurrence(s) of {old.strip()!r} expected, {text.count(old)} found"
-        for _, old, _, count in edits
-        if text.count(old) != count
-    ]
+    """petastorm's `name` (a path inside the package) with its EDITS applied in order, each counted on the text
+    the edits before it left."""
+    errors = []
+    for edit_name, old, new, count in EDITS:
+        if edit_name != name:
+            continue
+        if text.count(old) != count:
+            errors.append(f"{name}: {count} occurrence(s) of {old.strip()!r} expected, {text.count(old)} found")
+        text = text.replace(old, new)
     if errors:
         raise PetastormEditError(
             f"petastorm {PETASTORM_VERSION} is needed on pyarrow >= 15 and numpy 2, and its text differs here:\n  "
             + "\n  ".join(errors)
             + f"\nfix: pip install --force-reinstall petastorm=={PETASTORM_VERSION}"
         )
-    for _, old, new, _ in edits:
-        text = text.replace(old, new)
     return text
 
 

@@ -1,5 +1,5 @@
-"""Legacy pyarrow API used by petastorm, reimplemented on pyarrow >= 15: installed into petastorm as
-`petastorm/pyarrow_compat.py` by sparkml_par.petastorm_patch, and never imported by the project itself.
+"""Legacy pyarrow API used by petastorm, reimplemented on pyarrow >= 15: loaded as `petastorm.pyarrow_compat` by
+the import hook of sparkml_par.petastorm_compat, and never imported by the project itself.
 
 pyarrow 15 removed ``pyarrow.filesystem`` (``LocalFileSystem``, ``pyarrow.localfs``), ``pyarrow.hdfs`` and the
 legacy ``pyarrow.parquet.ParquetDataset`` (``validate_schema=``, ``metadata_nthreads=``, ``.pieces``,

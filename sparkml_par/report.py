@@ -22,12 +22,14 @@ from sparkml_par import atomic
 from sparkml_par.config import Config
 from sparkml_par.contract import (
     MANIFEST,
+    MANIFEST_CATEGORIES,
     MANIFEST_CLASS_COUNTS,
     MANIFEST_CLASS_WARNINGS,
     MANIFEST_CLASSES,
     MANIFEST_CREATED,
     MANIFEST_DUPLICATES,
     MANIFEST_FEATURE_SHAPE,
+    MANIFEST_LEFT_OUT,
     MANIFEST_NUM_CLASSES,
     MANIFEST_PROFILE,
     MANIFEST_QUARANTINE,
@@ -229,6 +231,18 @@ def _data_section(cfg: Config) -> Section:
         "<h3>Splits</h3>"
         + _table(["split", "rows", "row groups"], [(n, s.get("rows"), s.get("row_groups")) for n, s in splits.items()])
     )
+    categories = manifest.get(MANIFEST_CATEGORIES) or {}
+    if categories:
+        parts.append(
+            "<h3>Text columns</h3>"
+            + _table(
+                ["column", "distinct in train", "kept as categories", "read as <other>"],
+                [(name, c["distinct"], c["kept"], c["distinct"] - c["kept"]) for name, c in categories.items()],
+            )
+        )
+    left_out = manifest.get(MANIFEST_LEFT_OUT) or {}
+    if left_out:
+        parts.append("<h3>Columns left out</h3>" + _table(["column", "why"], list(left_out.items())))
     reasons = quarantine.get("reasons") or {}
     parts.append(
         "<h3>Quarantine</h3>"

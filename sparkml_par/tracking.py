@@ -274,8 +274,8 @@ class Tracker:
         pipeline = description["feature_pipeline"]
         exported = export_fitted(f"{description['dataset']}/{pipeline}" if pipeline else None, raw_types)
         if exported is None:
-            log.warning("tracking: the model is not logged as an MLflow model: its features index strings")
-            self.failures.append("the MLflow model (string features)")
+            log.warning("tracking: the model is not logged as an MLflow model: its features are not all numbers")
+            self.failures.append("the MLflow model (features other than numbers)")
             return False
         with tempfile.TemporaryDirectory(prefix="sparkml_par-mlflow-") as directory:
             root = Path(directory)

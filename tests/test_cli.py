@@ -205,6 +205,7 @@ def test_quiet_logging_keeps_warnings_only_and_setup_replaces_itself(capsys):
 # --- doctor --------------------------------------------------------------------------------------
 
 
+@pytest.mark.stack
 def test_doctor_lists_every_component(capsys):
     code = cli.main(["doctor"])
     lines = capsys.readouterr().out.splitlines()
@@ -219,12 +220,16 @@ def test_doctor_lists_every_component(capsys):
         "the stack can run"
     )
     horovod_line = component_lines[COMPONENTS.index("Horovod")]
-    assert "0.28.1, PyTorch yes, Gloo yes" in horovod_line
+    import torch
+
+    built_for = torch.__version__.replace("+", ".")
+    assert f"0.28.1 (built against torch {built_for}), PyTorch yes, Gloo yes" in horovod_line
     # make setup wrote the driver JVM's class-data archive for this environment's JDK and Spark.
     archive_line = component_lines[COMPONENTS.index("class-archive")]
     assert archive_line.endswith(f"the driver JVM maps Spark's classes from {class_archive.usable_archive()}")
 
 
+@pytest.mark.stack
 def test_doctor_reads_the_pins_of_the_checkout():
     pinned = doctor.read_pins(REPO / "constraints.txt")
     assert pinned["pyarrow"] == "14.0.2" and pinned["horovod"] == "0.28.1" and pinned["pyspark"].startswith("4.0.")
@@ -381,7 +386,21 @@ def test_horovod_without_pytorch_support(monkeypatch):
     monkeypatch.setitem(sys.modules, "horovod.torch", None)
     result = doctor.check_horovod(doctor.Pins({"horovod": "0.28.1"}))
     assert (result.ok, result.fix) == (False, doctor.HOROVOD_FIX)
-    assert result.detail.startswith("0.28.1 without PyTorch support: horovod.torch does not import")
+    assert re.match(
+        r"0\.28\.1 \(built against torch [^)]+\) without PyTorch support: horovod.torch does not import", result.detail
+    )
+
+
+def test_horovod_built_against_another_torch_is_sent_to_the_build_script(monkeypatch):
+    import horovod
+    import torch
+
+    monkeypatch.setattr(horovod, "__version__", "0.28.1+torch2.3.1.cu121")
+    monkeypatch.setattr(torch, "__version__", "2.6.0+cu124")
+    result = doctor.check_horovod(doctor.Pins({"horovod": "0.28.1"}))
+    assert not result.ok
+    assert result.detail == "0.28.1 built against torch 2.3.1.cu121, but this environment imports torch 2.6.0+cu124"
+    assert result.fix.startswith("rebuild it against this torch: scripts/build_horovod.sh PYTHON")
 
 
 def test_report_exit_code_follows_the_checks(monkeypatch):

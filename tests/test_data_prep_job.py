@@ -23,6 +23,7 @@ def digits(spark, tmp_path_factory):
     return prepare(spark, DataConfig(source="digits", output=str(out), max_shards=4))
 
 
+@pytest.mark.stack
 def test_digits_manifest(digits):
     m = digits.manifest
     assert not digits.skipped
@@ -59,6 +60,7 @@ def test_digits_files_on_disk(digits):
     assert profile["columns"]["label"]["distinct"] == 10
 
 
+@pytest.mark.stack
 def test_digits_values_and_splits_read_back_through_spark(spark, digits):
     from pyspark.sql import functions as F
     from sklearn.datasets import load_digits
@@ -76,6 +78,7 @@ def test_digits_values_and_splits_read_back_through_spark(spark, digits):
         assert np.allclose(sample[i]["features"], expected.data[i] / 16.0)
 
 
+@pytest.mark.stack
 def test_digits_shards_through_make_reader(digits):
     from petastorm import make_reader
 

@@ -12,7 +12,10 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pyarrow.dataset as ds
+import pytest
 from run_settings import tiny_job
+
+pytestmark = pytest.mark.stack
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "jobs" / "databricks_notebook.py"

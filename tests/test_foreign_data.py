@@ -23,6 +23,8 @@ from sparkml_par.config import load_config
 from sparkml_par.infer.score import score_job
 from sparkml_par.train.job import train
 
+pytestmark = pytest.mark.stack
+
 
 @dataclass(frozen=True)
 class Scenario:

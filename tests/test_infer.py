@@ -142,6 +142,7 @@ def _config(root: Path, *overrides: str):
 # --- the UDF computes what the model computes ------------------------------------------------------------
 
 
+@pytest.mark.stack
 def test_udf_classes_and_probabilities_equal_the_model_in_process(spark, classifier):
     root, _ = classifier
     # A dataset directory: its test split is scored.
@@ -172,6 +173,7 @@ def test_udf_regression_values_equal_the_model_in_process(spark, regressor):
     )
 
 
+@pytest.mark.stack
 def test_raw_rows_go_through_the_saved_feature_pipeline_first(spark, tabular):
     from data_prep.score_rows import apply_feature_pipeline
 

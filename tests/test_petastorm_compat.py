@@ -15,6 +15,8 @@ import pytest
 from sparkml_par import petastorm_compat
 from sparkml_par.petastorm_compat import COMPAT_SOURCE, EDITS, PetastormEditError, PetastormFinder, edit_source
 
+pytestmark = pytest.mark.stack
+
 
 def _finder_installed() -> bool:
     return any(isinstance(finder, PetastormFinder) for finder in sys.meta_path)

@@ -33,6 +33,7 @@ def _config(run_dir, *overrides):
     )
 
 
+@pytest.mark.stack
 def test_first_run_runs_every_stage_and_fills_the_run_directory(spark, run_dir):
     records = run_pipeline(spark, _config(run_dir))
     assert list(records) == ["prepare", "train", "score", "report"]

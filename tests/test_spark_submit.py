@@ -39,6 +39,7 @@ def _spark_submit(master: str, script: str, *args: str) -> subprocess.CompletedP
 
 
 @pytest.mark.slow
+@pytest.mark.stack
 # local[2] under spark-submit, from a plain shell: tests/test_console.py.
 @pytest.mark.parametrize("master", ["local-cluster[2,1,1024]"])
 def test_pipeline_job_runs_under_spark_submit(master, tmp_path):

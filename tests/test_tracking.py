@@ -63,6 +63,7 @@ def _children(client: MlflowClient, run) -> dict[str, object]:
     return {child.data.tags["mlflow.runName"]: child for child in found}
 
 
+@pytest.mark.stack
 def test_a_tracked_run_is_one_mlflow_run_with_its_stages_trials_metrics_and_model(
     spark, server, diabetes_csv, tmp_path
 ):

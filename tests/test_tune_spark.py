@@ -121,6 +121,7 @@ def test_grid_covers_the_grid_and_failing_trials_do_not_stop_it(spark, dataset, 
     assert Path(result.plot).read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.stack
 def test_trials_run_concurrently_and_the_best_is_retrained(spark, dataset, tmp_path):
     # About 24 forward passes of 0.2 s: each trial trains for about 5 s, far longer than a worker takes to start.
     cfg = _config(

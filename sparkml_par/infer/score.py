@@ -18,9 +18,9 @@ from typing import Any
 from sparkml_par.config import Config
 from sparkml_par.contract import MODEL_DIR, PREDICTED_LABEL, PREDICTION, ROW_ID, SCORE_METRICS, SCORE_QUARANTINE_DIR
 from sparkml_par.errors import SparkmlParError
-from sparkml_par.session import require_classic_session
 from sparkml_par.infer import inputs, metrics, publish
 from sparkml_par.infer.arrow_predict import output_schema, predict_batches
+from sparkml_par.session import require_classic_session
 from sparkml_par.spark_jobs import JobName, spark_job
 from sparkml_par.stage import Run, Stage, fingerprint
 from sparkml_par.storage import check_writable_url, staging_url

@@ -29,9 +29,9 @@ from sparkml_par.contract import (
     TRAIN_METRICS,
 )
 from sparkml_par.errors import SparkmlParError
-from sparkml_par.session import require_classic_session
 from sparkml_par.launch.slots import check_barrier_launch
 from sparkml_par.models.registry import build_from_spec, model_spec
+from sparkml_par.session import require_classic_session
 from sparkml_par.spark_jobs import spark_job
 from sparkml_par.stage import Run, Stage, fingerprint
 from sparkml_par.storage import qualify_url
