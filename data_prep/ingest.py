@@ -113,7 +113,13 @@ def _input_files(spark, cfg: DataConfig, url: str) -> list[tuple[str, int, int]]
 
 
 # Spark's error for an input file it cannot read, and the root cause at the end of the Java trace.
-_FAILED_READ = re.compile(r"\[FAILED_READ_FILE\.\w+\] Encountered error while reading file (\S+?)\.(?:\s|$)")
+# Spark 4 names the file in FAILED_READ_FILE; Spark 3.5 in CANNOT_READ_FILE_FOOTER (schema inference) or in
+# parquet-mr's own message (a job's read).
+_FAILED_READ = re.compile(
+    r"\[FAILED_READ_FILE\.\w+\] Encountered error while reading file (\S+?)\.(?:\s|$)"
+    r"|\[CANNOT_READ_FILE_FOOTER\] Could not read footer for file: (\S+?)\.(?:\s|$)"
+    r"|RuntimeException: (\S+) is not a Parquet file"
+)
 _ROOT_CAUSE = re.compile(r"^Caused by: [\w.$]+: (.+)$", re.M)
 
 
@@ -124,10 +130,11 @@ def unreadable_file_error(exc: BaseException, setting: str, path: str, file_form
     failed = _FAILED_READ.search(text)
     if failed is None:
         return None
+    file = next(group for group in failed.groups() if group)
     causes = _ROOT_CAUSE.findall(text)
     cause = f" ({causes[-1].strip()})" if causes else ""
     return SparkmlParError(
-        f"{setting} {path!r}: cannot read {failed.group(1)!r}{cause}; the file is truncated or "
+        f"{setting} {path!r}: cannot read {file!r}{cause}; the file is truncated or "
         f"not {file_format}: write it again or remove it from {setting}"
     )
 
@@ -266,7 +273,8 @@ def _images(spark, cfg: DataConfig, url: str, fingerprint: str, known_classes: l
     files = files.withColumn("class", F.element_at(parts, -2)).withColumn("file", F.element_at(parts, -1))
     # The class names are an aggregate (one short string per folder), not data.
     classes = known_classes or sorted(r["class"] for r in files.select("class").distinct().collect())
-    position = F.array_position(F.array(*[F.lit(c) for c in classes]), F.col("class"))
+    # pyspark 3.5's F.array_position takes a literal, not a column, as the value.
+    position = F.call_function("array_position", F.array(*[F.lit(c) for c in classes]), F.col("class"))
     decoded = files.select(
         F.xxhash64(F.col("class"), F.col("file")).alias(ROW_ID),
         F.concat_ws("/", "class", "file").alias("file"),

@@ -270,7 +270,8 @@ def _text_label_checks(df, cfg: DataConfig, classes: list[str]):
     from pyspark.sql import functions as F
 
     raw = F.col(f"`{cfg.label}`")
-    index = F.array_position(F.array(*[F.lit(c) for c in classes]), raw.cast("string")) - 1
+    # pyspark 3.5's F.array_position takes a literal, not a column, as the value.
+    index = F.call_function("array_position", F.array(*[F.lit(c) for c in classes]), raw.cast("string")) - 1
     return index.cast("long"), [(raw.isNull(), F.lit(f"null:{cfg.label}"))]
 
 
@@ -355,7 +356,7 @@ def _infer_specs(df, cfg: DataConfig, raw_columns: list[str]) -> tuple[list[Colu
         else:
             kind = "string"
         if kind == "id":
-            left_out[f.name] = f"a distinct value in {distinct} of {values} rows (an id or free text)"
+            left_out[f.name] = f"about {min(distinct, values)} distinct values in {values} rows (an id or free text)"
             continue
         specs.append(ColumnSpec(name=f.name, type=kind))
     for name, why in left_out.items():

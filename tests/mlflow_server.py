@@ -49,8 +49,10 @@ class MlflowServer:
             except OSError:
                 pass
             if self._process.poll() is not None or time.monotonic() > deadline:
+                self._log.flush()
+                log = (self.root / "server.log").read_text(errors="replace")[-3000:]
                 self.stop()
-                raise RuntimeError(f"mlflow server did not start:\n{(self.root / 'server.log').read_text()[-3000:]}")
+                raise RuntimeError(f"mlflow server did not start:\n{log}")
             time.sleep(0.5)
 
     def stop(self) -> None:

@@ -52,7 +52,7 @@ SCENARIOS = [
         metric="accuracy",
         margin=0.05,
         overrides=("train.epochs=15",),
-        # two rows cut short, two with text in a number column, one too long
+        # two rows cut short, text in a number column, a missing value (n/a, as pandas reads it), one row too long
         bad_lines=(
             "20001,13.5",
             "20002",
@@ -60,7 +60,7 @@ SCENARIOS = [
             "20004,1.0,n/a" + ",1.0" * 28 + ",0",
             "20005" + ",1.0" * 30 + ",1,9",
         ),
-        reasons=(("malformed_row", 3), ("unparseable:mean radius", 1), ("unparseable:mean texture", 1)),
+        reasons=(("malformed_row", 3), ("null:mean texture", 1), ("unparseable:mean radius", 1)),
     ),
     Scenario(
         "wine-json",

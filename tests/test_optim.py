@@ -46,13 +46,15 @@ def test_adam_variants_take_named_parameters(name, cls):
 
 
 @pytest.mark.parametrize("name,cls", [("adam", torch.optim.Adam), ("adamw", torch.optim.AdamW)])
-def test_adam_variants_on_cpu_take_the_fused_kernel_and_its_updates_match_the_loop(name, cls):
+def test_adam_variants_on_cpu_take_the_fused_kernel_where_torch_has_it_and_its_updates_match_the_loop(name, cls):
     torch.manual_seed(0)
     fused_params = [torch.nn.Parameter(torch.randn(8, 4)), torch.nn.Parameter(torch.randn(8))]
     loop_params = [torch.nn.Parameter(p.detach().clone()) for p in fused_params]
     fused = build_optimizer(fused_params, TrainConfig(optimizer=name, weight_decay=0.01), lr=0.05)
     loop = cls(loop_params, lr=0.05, weight_decay=0.01, foreach=False)
-    assert fused.param_groups[0]["fused"] is True
+    # torch 2.4 brought the fused kernel to the CPU; torch 2.3 (Databricks 15.4) refuses fused=True there.
+    fused_on_cpu = torch.torch_version.TorchVersion(torch.__version__) >= (2, 4)
+    assert fused.param_groups[0]["fused"] is (True if fused_on_cpu else None)
     for step in range(5):
         for params, optimizer in ((fused_params, fused), (loop_params, loop)):
             loss = (params[0].sum(dim=1) * params[1]).square().sum() + step

@@ -27,12 +27,17 @@ TEMP_PREFIXES = ("horovod", "gloo", "sparkml_par", "pymp-")
 WILDCARDS = ("0.0.0.0", "::", "")
 
 
+def _tcp_connections(process: psutil.Process) -> list:
+    # psutil 6 renamed Process.connections (psutil 5.9 on the Databricks runtimes) to net_connections.
+    if hasattr(process, "net_connections"):
+        return process.net_connections(kind="tcp")
+    return process.connections(kind="tcp")
+
+
 def _listening(process: psutil.Process) -> set[tuple[int, str, int]]:
     try:
         return {
-            (process.pid, c.laddr.ip, c.laddr.port)
-            for c in process.net_connections(kind="tcp")
-            if c.status == psutil.CONN_LISTEN
+            (process.pid, c.laddr.ip, c.laddr.port) for c in _tcp_connections(process) if c.status == psutil.CONN_LISTEN
         }
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return set()

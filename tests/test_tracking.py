@@ -124,7 +124,8 @@ def test_a_tracked_run_is_one_mlflow_run_with_its_stages_trials_metrics_and_mode
     # The MLflow model scores raw columns as `sparkml-par score` does: in pandas and as a Spark UDF.
     uri = f"runs:/{train.info.run_id}/model"
     raw = foreign_data.frame("diabetes")
-    columns = [c for c in raw.columns if c != "progression"]  # without data.split.key the id is a feature too
+    # The features prepare inferred: not the label, nor the id (a whole number unique per row, so left out).
+    columns = [c for c in raw.columns if c not in ("progression", "patient")]
     raw[columns] = raw[columns].astype("float64")  # the model's signature: prepare read every column as float
     scored = pd.read_parquet(tmp_path / "predictions").sort_values("_row_id")
     rows = spark.read.parquet(str(tmp_path / "dataset" / "test")).count()

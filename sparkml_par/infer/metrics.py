@@ -30,7 +30,8 @@ def _pair_counts(predictions, label: str, classes: list[str] | None) -> dict[tup
     number = F.expr(f"try_cast(`{label}` AS double)")
     class_id = F.when(number.isNotNull() & (number == F.floor(number)), number).otherwise(F.lit(-1.0))
     if classes:
-        position = F.array_position(F.array(*[F.lit(str(c)) for c in classes]), raw.cast("string"))
+        # pyspark 3.5's F.array_position takes a literal, not a column, as the value.
+        position = F.call_function("array_position", F.array(*[F.lit(str(c)) for c in classes]), raw.cast("string"))
         class_id = F.when(position > 0, position - 1).otherwise(class_id)
     class_id = F.when(raw.isNotNull(), class_id.cast("long")).alias("_class_id")
     rows = predictions.groupBy(class_id, PREDICTION).count().collect()
