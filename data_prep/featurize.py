@@ -94,7 +94,9 @@ def fit_feature_pipeline(train_df, specs: list[ColumnSpec], cfg: FeaturizeConfig
             indexed = capped
         if cfg.one_hot:
             encoded = [f"{s}__onehot" for s in strings]
-            stages.append(OneHotEncoder(inputCols=indexed, outputCols=encoded, handleInvalid="keep"))
+            # The capped index carries no ML attributes, so the encoder counts the categories in train; the
+            # last slot kept (dropLast=False) is the one an unseen category takes where nothing was capped.
+            stages.append(OneHotEncoder(inputCols=indexed, outputCols=encoded, handleInvalid="keep", dropLast=False))
             assembled += encoded
         else:
             assembled += indexed
