@@ -81,6 +81,8 @@ def test_a_tracked_run_is_one_mlflow_run_with_its_stages_trials_metrics_and_mode
     )
     records = run_pipeline(spark, cfg)
     client = MlflowClient(server.uri)
+    # MLflow 3.0 lists a run's artifacts through the process's tracking URI, whatever the client's (3.17 does not).
+    mlflow.set_tracking_uri(server.uri)
     (parent,) = client.search_runs(
         [client.get_experiment_by_name("pipelines").experiment_id], filter_string="tags.mlflow.runName = 'nightly'"
     )
@@ -130,7 +132,6 @@ def test_a_tracked_run_is_one_mlflow_run_with_its_stages_trials_metrics_and_mode
     scored = pd.read_parquet(tmp_path / "predictions").sort_values("_row_id")
     rows = spark.read.parquet(str(tmp_path / "dataset" / "test")).count()
     assert len(scored) == rows > 0
-    mlflow.set_tracking_uri(server.uri)
     udf = mlflow.pyfunc.spark_udf(spark, uri, result_type="double", env_manager="local")
     frame = spark.createDataFrame(raw)
     by_udf = frame.withColumn("udf", udf(*columns)).select("patient", "udf").toPandas()
