@@ -29,3 +29,14 @@ def outputs_under(root: Path) -> list[str]:
         f"score.output={root}/predictions",
         f"tune.output={root}/tune",
     ]
+
+
+def small_mlp() -> list[str]:
+    """A one-hidden-layer MLP trained on 2 ranks: how the real-data tests train."""
+    return [
+        "train.model=mlp",
+        "train.model_args={hidden: [32]}",
+        "train.lr=0.01",
+        "train.batch_size=32",
+        "train.num_proc=2",
+    ]

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from run_settings import small_mlp
 
 from data_prep import featurize
 from data_prep.job import prepare, summary
@@ -113,11 +114,7 @@ def _config(scenario: Scenario, root: Path, path: Path, *extra: str):
             f"data.label={LABEL}",
             "data.max_shards=2",
             f"data.output={root}/dataset",
-            "train.model=mlp",
-            "train.model_args={hidden: [32]}",
-            "train.lr=0.01",
-            "train.batch_size=32",
-            "train.num_proc=2",
+            *small_mlp(),
             "train.epochs=15",
             f"train.output={root}/train",
             f"score.output={root}/predictions",

@@ -17,6 +17,7 @@ import foreign_data
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from run_settings import small_mlp
 
 from data_prep.job import prepare
 from sparkml_par.config import load_config
@@ -146,11 +147,7 @@ def _config(scenario: Scenario, root: Path, path: Path, *extra: str):
             f"data.task={scenario.task}",
             "data.max_shards=2",
             f"data.output={root}/dataset",
-            "train.model=mlp",
-            "train.model_args={hidden: [32]}",
-            "train.lr=0.01",
-            "train.batch_size=32",
-            "train.num_proc=2",
+            *small_mlp(),
             f"train.output={root}/train",
             f"score.output={root}/predictions",
             *key,
