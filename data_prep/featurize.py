@@ -1,9 +1,10 @@
 """The Spark ML feature pipeline: fitted on the train split only, saved with the dataset, reused by scoring.
 
-Tabular inputs go through date parts -> imputer -> string indexer -> category cap -> one-hot -> vector
-assembler -> standard scaler (each as configured); the result becomes the `features` column as a float32
-array. Inputs that arrive as one numeric vector (digits, images, synthetic) need no pipeline and pass through
-unchanged. Every step is a stage of the saved PipelineModel, so scoring repeats it exactly.
+Tabular inputs go through a copy of the columns under plain names (and date parts) -> imputer -> string
+indexer -> category cap -> one-hot -> vector assembler -> standard scaler (each as configured); the result
+becomes the `features` column as a float32 array. Inputs that arrive as one numeric vector (digits, images,
+synthetic) need no pipeline and pass through unchanged. Every step is a stage of the saved PipelineModel, so
+scoring repeats it exactly.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import logging
 from typing import Any
 
 from sparkml_par.config import ColumnSpec, FeaturizeConfig
-from sparkml_par.contract import FEATURES
+from sparkml_par.contract import FEATURES, column, quoted
 from sparkml_par.errors import SparkmlParError
 
 log = logging.getLogger(__name__)
@@ -27,19 +28,17 @@ DATETIME_PARTS = {
 NUMERIC_TYPES = ("float", "int", "bool")
 # What a category outside the kept ones becomes (and an unseen one at scoring).
 OTHER_CATEGORY = "<other>"
+_PLAIN_PREFIX = "_sparkml_par_feature"
 
 
 def needs_pipeline(specs: list[ColumnSpec]) -> bool:
     return not (len(specs) == 1 and specs[0].type == "vector")
 
 
-def _quoted(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
-def datetime_parts(specs: list[ColumnSpec]) -> list[str]:
-    """The part columns the timestamp and date features become, in the order they are assembled."""
-    return [f"{s.name}__{part}" for s in specs if s.type in DATETIME_PARTS for part in DATETIME_PARTS[s.type]]
+def plain_names(specs: list[ColumnSpec]) -> dict[str, str]:
+    """Each feature column's name inside the pipeline. Spark ML's stages take plain names (a dot reads as a
+    struct field), so the pipeline's first stage copies the user's columns to these, whatever they are called."""
+    return {s.name: f"{_PLAIN_PREFIX}{i}" for i, s in enumerate(specs)}
 
 
 def fit_feature_pipeline(train_df, specs: list[ColumnSpec], cfg: FeaturizeConfig):
@@ -60,17 +59,17 @@ def fit_feature_pipeline(train_df, specs: list[ColumnSpec], cfg: FeaturizeConfig
             f"data.features: vector column(s) {vectors} cannot be mixed with other feature columns; "
             f"declare one vector column alone, or only scalar (float, int, bool, string, timestamp, date) columns"
         )
-    stages: list[Any] = []
-    datetimes = [s for s in specs if s.type in DATETIME_PARTS]
-    if datetimes:
-        parts = [
-            f"CAST({part}({_quoted(s.name)}) AS DOUBLE) AS {_quoted(f'{s.name}__{part}')}"
-            for s in datetimes
-            for part in DATETIME_PARTS[s.type]
-        ]
-        stages.append(SQLTransformer(statement=f"SELECT *, {', '.join(parts)} FROM __THIS__"))
-    numeric = [s.name for s in specs if s.type in NUMERIC_TYPES] + datetime_parts(specs)
-    strings = [s.name for s in specs if s.type == "string"]
+    plain = plain_names(specs)
+    copies, parts = [], []
+    for s in specs:
+        if s.type in DATETIME_PARTS:
+            parts += [(f"{part}({quoted(s.name)})", f"{plain[s.name]}__{part}") for part in DATETIME_PARTS[s.type]]
+        else:
+            copies.append(f"{quoted(s.name)} AS {plain[s.name]}")
+    selected = copies + [f"CAST({value} AS DOUBLE) AS {name}" for value, name in parts]
+    stages: list[Any] = [SQLTransformer(statement=f"SELECT *, {', '.join(selected)} FROM __THIS__")]
+    numeric = [plain[s.name] for s in specs if s.type in NUMERIC_TYPES] + [name for _, name in parts]
+    strings = [plain[s.name] for s in specs if s.type == "string"]
     assembled = []
     if numeric and cfg.impute != "none":
         imputed = [f"{n}__imputed" for n in numeric]
@@ -87,9 +86,7 @@ def fit_feature_pipeline(train_df, specs: list[ColumnSpec], cfg: FeaturizeConfig
         if cfg.max_categories:
             # Index K and above (the rarer categories, and unseen ones) is one category, <other>.
             capped = [f"{s}__capped" for s in strings]
-            least = [
-                f"LEAST({_quoted(i)}, {float(cfg.max_categories)}) AS {_quoted(c)}" for i, c in zip(indexed, capped)
-            ]
+            least = [f"LEAST({quoted(i)}, {float(cfg.max_categories)}) AS {quoted(c)}" for i, c in zip(indexed, capped)]
             stages.append(SQLTransformer(statement=f"SELECT *, {', '.join(least)} FROM __THIS__"))
             indexed = capped
         if cfg.one_hot:
@@ -150,11 +147,10 @@ def apply_fitted(df, pipeline_url: str | None, specs: list[ColumnSpec]):
     """`df` (validated, typed rows) with the `features` column: through the fitted pipeline saved at
     pipeline_url, or, for an input that is one numeric vector, that vector as float32."""
     from pyspark.ml import PipelineModel
-    from pyspark.sql import functions as F
 
     if pipeline_url is None:
         (spec,) = specs
-        return df.withColumn(FEATURES, F.col(f"`{spec.name}`").cast("array<float>"))
+        return df.withColumn(FEATURES, column(spec.name).cast("array<float>"))
     return transform(PipelineModel.load(pipeline_url), df)[0]
 
 
@@ -166,20 +162,28 @@ def export_fitted(pipeline_url: str | None, raw_types: dict[str, str]) -> dict |
     logged (the notice says why).
     """
     from pyspark.ml import PipelineModel
-    from pyspark.ml.feature import ImputerModel, StandardScalerModel, VectorAssembler
+    from pyspark.ml.feature import ImputerModel, SQLTransformer, StandardScalerModel, VectorAssembler
 
     if pipeline_url is None:
         (name,) = raw_types
         return {"vector": name}
     if any(kind not in ("float", "int") for kind in raw_types.values()):
         return None
+    plain = {f"{_PLAIN_PREFIX}{i}": name for i, name in enumerate(raw_types)}
+
+    def raw_name(column: str) -> str:
+        name = column.removesuffix("__imputed")
+        return plain.get(name, name)  # a pipeline fitted before the copy stage names the raw columns
+
     exported: dict = {"columns": [], "impute": {}, "mean": None, "std": None}
     for stage in PipelineModel.load(pipeline_url).stages:
+        if isinstance(stage, SQLTransformer):
+            continue  # the copy to plain names: numbers only, so no date parts
         if isinstance(stage, ImputerModel):
             surrogates = stage.surrogateDF.collect()[0].asDict()
-            exported["impute"] = {column: float(surrogates[column]) for column in stage.getInputCols()}
+            exported["impute"] = {raw_name(c): float(surrogates[c]) for c in stage.getInputCols()}
         elif isinstance(stage, VectorAssembler):
-            exported["columns"] = [column.removesuffix("__imputed") for column in stage.getInputCols()]
+            exported["columns"] = [raw_name(c) for c in stage.getInputCols()]
         elif isinstance(stage, StandardScalerModel):
             exported["mean"] = stage.mean.toArray().tolist() if stage.getWithMean() else None
             exported["std"] = stage.std.toArray().tolist() if stage.getWithStd() else None
@@ -195,9 +199,9 @@ def apply_exported(exported: dict, frame):
     if "vector" in exported:
         return np.stack([np.asarray(v, dtype=np.float32) for v in frame[exported["vector"]]])
     x = frame[exported["columns"]].to_numpy(dtype=np.float64)
-    for i, column in enumerate(exported["columns"]):
-        if column in exported["impute"]:
-            x[np.isnan(x[:, i]), i] = exported["impute"][column]
+    for i, name in enumerate(exported["columns"]):
+        if name in exported["impute"]:
+            x[np.isnan(x[:, i]), i] = exported["impute"][name]
     if exported["mean"] is not None:
         x = x - np.asarray(exported["mean"])
     if exported["std"] is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -18,11 +19,30 @@ import numpy as np
 
 from data_prep.manifest import hash_parts
 from sparkml_par.config import ColumnSpec, DataConfig
-from sparkml_par.contract import FEATURES, INGEST_ERROR, INTERNAL_COLUMNS, RAW_RECORD, ROW_ID
+from sparkml_par.contract import (
+    FEATURES,
+    INGEST_ERROR,
+    INTERNAL_COLUMNS,
+    RAW_RECORD,
+    REJECT_REASON,
+    ROW_ID,
+    SPLIT,
+    column,
+    quoted,
+)
 from sparkml_par.errors import SparkmlParError
 from sparkml_par.storage import HadoopFs, qualify_url
 
+log = logging.getLogger(__name__)
+
 IMAGE_EXTENSIONS = ("png", "jpg", "jpeg")
+# The column Spark's CSV and JSON readers put a line they cannot parse in.
+_CORRUPT_RECORD = "_corrupt_record"
+# The reason of a row whose text did not decode in data.encoding, and the character the reader put there.
+UNDECODABLE = "undecodable_text"
+UNDECODABLE_CHAR = "\ufffd"
+# Names of the columns the pipeline adds to the input's own.
+_OWN_COLUMNS = (*INTERNAL_COLUMNS, REJECT_REASON, SPLIT, _CORRUPT_RECORD)
 # Rows of one synthetic block come from one generator seeded by (seed, block index), so the rows do
 # not depend on how the blocks are spread over partitions.
 _SYNTHETIC_BLOCK_ROWS = 4096
@@ -69,15 +89,11 @@ def ingest(spark, cfg: DataConfig, classes: list[str] | None = None) -> Ingested
     if cfg.source == "images":
         return _images(spark, cfg, url, fingerprint, classes)
     readers = {"csv": _csv, "json": _json, "parquet": _parquet}
-    df = readers[cfg.source](spark, cfg, url)
+    df = _with_corrupt_record(readers[cfg.source](spark, cfg, url), _CORRUPT_RECORD, "malformed_row")
     raw_columns = [c for c in df.columns if c not in INTERNAL_COLUMNS]
-    if not raw_columns:
-        raise SparkmlParError(
-            f"data.path {cfg.path!r} has no columns (is the {cfg.source} input empty?); "
-            f"point data.path at a non-empty input"
-        )
     if cfg.source in ("csv", "json"):
         df = _with_null_tokens(df, raw_columns, cfg.null_values)
+        df = _with_undecodable_rows(df, raw_columns)
     df = _with_content_row_id(df, raw_columns)
     return Ingested(df=df, input_fingerprint=fingerprint, features=list(cfg.features), content_row_ids=True)
 
@@ -86,7 +102,7 @@ def from_dataframe(df) -> Ingested:
     """A caller's DataFrame of raw rows, as a reader would hand it over: with a content row id (unless it
     has one) and no unreadable rows."""
     raw_columns = [c for c in df.columns if c not in INTERNAL_COLUMNS]
-    df = _with_corrupt_record(df, "_corrupt_record", "malformed_row")
+    df = _with_corrupt_record(df, _CORRUPT_RECORD, "malformed_row")
     if ROW_ID not in df.columns:
         df = _with_content_row_id(df, raw_columns)
     return Ingested(df=df, input_fingerprint="", features=[], content_row_ids=True)
@@ -184,9 +200,7 @@ def _with_null_tokens(df, raw_columns: list[str], tokens: list[str]):
     texts = [c for c in raw_columns if isinstance(df.schema[c].dataType, StringType)]
     if not tokens or not texts:
         return df
-    return df.withColumns(
-        {c: F.when(F.col(f"`{c}`").isin(*tokens), F.lit(None)).otherwise(F.col(f"`{c}`")) for c in texts}
-    )
+    return df.withColumns({c: F.when(column(c).isin(*tokens), F.lit(None)).otherwise(column(c)) for c in texts})
 
 
 def _with_content_row_id(df, raw_columns: list[str]):
@@ -206,16 +220,16 @@ def canonical_values(df, names: list[str]) -> list:
 
     values = []
     for name in names:
-        column, dtype = F.col(f"`{name}`"), df.schema[name].dataType
+        value, dtype = column(name), df.schema[name].dataType
         if isinstance(dtype, NumericType):
-            values += [column.cast("double"), F.lit(None).cast("string")]
+            values += [value.cast("double"), F.lit(None).cast("string")]
         elif isinstance(dtype, StringType):
-            number = F.expr(f"try_cast(`{name}` AS double)")
-            values += [number, F.when(number.isNull(), column)]
+            number = F.expr(f"try_cast({quoted(name)} AS double)")
+            values += [number, F.when(number.isNull(), value)]
         elif isinstance(dtype, (ArrayType, MapType, StructType)):
-            values += [F.lit(None).cast("double"), F.to_json(column)]
+            values += [F.lit(None).cast("double"), F.to_json(value)]
         else:
-            values += [F.lit(None).cast("double"), column.cast("string")]
+            values += [F.lit(None).cast("double"), value.cast("string")]
     return values
 
 
@@ -232,31 +246,111 @@ def _with_corrupt_record(df, corrupt: str, reason: str):
 def _csv(spark, cfg: DataConfig, url: str):
     from pyspark.sql.types import StringType, StructField, StructType
 
-    options = {"header": str(cfg.csv_header).lower(), "sep": cfg.csv_sep}
-    # Every column is read as a string so that validation, not the reader, decides what is unparseable.
-    header = spark.read.options(**options).csv(url).schema
-    corrupt = "_corrupt_record"
-    schema = StructType([StructField(f.name, StringType()) for f in header] + [StructField(corrupt, StringType())])
-    df = (
+    options = {"sep": cfg.csv_sep, "encoding": cfg.encoding}
+    # The header's fields as the file has them (Spark's own header reading renames duplicate names); every
+    # column is read as a string so that validation, not the reader, decides what is unparseable.
+    first = spark.read.options(**options).option("header", "false").csv(url)
+    if not first.columns:
+        _require_columns(cfg, [])
+    names = [f"_c{i}" for i in range(len(first.columns))]
+    if cfg.csv_header:
+        names = _header_names(cfg, list(first.first() or ()))
+    _require_columns(cfg, names)
+    schema = StructType([StructField(n, StringType()) for n in names] + [StructField(_CORRUPT_RECORD, StringType())])
+    return (
         spark.read.options(**options)
+        .option("header", str(cfg.csv_header).lower())
         .option("mode", "PERMISSIVE")
-        .option("columnNameOfCorruptRecord", corrupt)
+        .option("columnNameOfCorruptRecord", _CORRUPT_RECORD)
         .schema(schema)
         .csv(url)
     )
-    return _with_corrupt_record(df, corrupt, "malformed_row")
+
+
+def _header_names(cfg: DataConfig, fields: list[str | None]) -> list[str]:
+    """Column names from the CSV's header line; a field with no name is read as Spark names it, `_c<i>`."""
+    names = []
+    for i, name in enumerate(fields):
+        if name is None or not name.strip():
+            log.warning("data.path %r: column %d has no name in the header; it is read as _c%d", cfg.path, i + 1, i)
+            name = f"_c{i}"
+        names.append(name)
+    return names
 
 
 def _json(spark, cfg: DataConfig, url: str):
-    corrupt = "_corrupt_record"
-    df = spark.read.option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", corrupt).json(url)
-    return _with_corrupt_record(df, corrupt, "malformed_row")
+    reader = spark.read.option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", _CORRUPT_RECORD)
+    if cfg.encoding != "utf-8":  # Spark reads lines of another encoding only with their separator given
+        reader = reader.option("encoding", cfg.encoding).option("lineSep", "\n")
+    with naming_duplicate_columns(cfg):
+        df = reader.json(url)
+    _require_columns(cfg, [c for c in df.columns if c != _CORRUPT_RECORD])
+    return df
 
 
 def _parquet(spark, cfg: DataConfig, url: str):
-    with naming_unreadable_files(cfg):  # schema inference reads a file's footer
+    with naming_unreadable_files(cfg), naming_duplicate_columns(cfg):  # schema inference reads a file's footer
         df = spark.read.parquet(url)
-    return _with_corrupt_record(df, "_corrupt_record", "malformed_row")
+    _require_columns(cfg, df.columns)
+    return df
+
+
+def _require_columns(cfg: DataConfig, names: list[str]) -> None:
+    """One clear error for column names the pipeline cannot keep apart or would overwrite: none at all, two
+    that are equal when case is ignored (as Spark compares them), or one of the pipeline's own."""
+    if not names:
+        raise SparkmlParError(
+            f"data.path {cfg.path!r} has no columns (is the {cfg.source} input empty?); "
+            f"point data.path at a non-empty input"
+        )
+    seen: dict[str, int] = {}
+    for i, name in enumerate(names):
+        if name.lower() in seen:
+            first = seen[name.lower()]
+            same = (
+                f"are both named {name!r}"
+                if name == names[first]
+                else (f"({names[first]!r}, {name!r}) have the same name when case is ignored, as Spark compares names")
+            )
+            raise SparkmlParError(
+                f"data.path {cfg.path!r}: columns {first + 1} and {i + 1} {same}; rename one of them in the input"
+            )
+        seen[name.lower()] = i
+    own = [name for name in names if name in _OWN_COLUMNS]
+    if own:
+        raise SparkmlParError(
+            f"data.path {cfg.path!r}: column {own[0]!r} has a name the pipeline gives its own columns "
+            f"({', '.join(_OWN_COLUMNS)}); rename it in the input"
+        )
+
+
+@contextlib.contextmanager
+def naming_duplicate_columns(cfg: DataConfig):
+    """Around a JSON or Parquet reader: two fields whose names differ only in case are one clear error."""
+    try:
+        yield
+    except Exception as exc:
+        found = re.search(r"\[COLUMN_ALREADY_EXISTS\] The column (`.*?`) already exists", str(exc))
+        if found is None:
+            raise
+        raise SparkmlParError(
+            f"data.path {cfg.path!r}: two columns have the same name {found.group(1)} when case is ignored, as Spark "
+            f"compares names; rename one of them in the input"
+        ) from None
+
+
+def _with_undecodable_rows(df, raw_columns: list[str]):
+    """A row whose text holds U+FFFD, what the reader makes of bytes that are not data.encoding, is
+    `undecodable_text` (also where the JSON reader then failed on the line): prepare stops on it with the fix,
+    rather than learning from mangled text."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType
+
+    texts = [column(c) for c in raw_columns if isinstance(df.schema[c].dataType, StringType)] + [F.col(RAW_RECORD)]
+    mangled = F.lit(False)
+    for text in texts:
+        mangled = mangled | F.coalesce(F.instr(text, UNDECODABLE_CHAR) > 0, F.lit(False))
+    return df.withColumn(INGEST_ERROR, F.when(mangled, F.lit(UNDECODABLE)).otherwise(F.col(INGEST_ERROR)))
 
 
 def _images(spark, cfg: DataConfig, url: str, fingerprint: str, known_classes: list[str] | None) -> Ingested:
@@ -400,7 +494,7 @@ def _synthetic(spark, cfg: DataConfig, fingerprint: str) -> Ingested:
                 yield pa.RecordBatch.from_arrays([ids, values, y], names=schema.names)
 
     df = spark.range(0, blocks, 1, numPartitions=min(partitions, blocks)).mapInArrow(generate, schema)
-    df = _with_corrupt_record(df, "_corrupt_record", "")
+    df = _with_corrupt_record(df, _CORRUPT_RECORD, "")
     return Ingested(
         df=df,
         input_fingerprint=fingerprint,

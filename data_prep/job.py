@@ -59,6 +59,8 @@ from sparkml_par.contract import (
     ROW_ID,
     SPLIT,
     SPLITS,
+    column,
+    quoted,
 )
 from sparkml_par.errors import SparkmlParError
 from sparkml_par.session import require_classic_session
@@ -158,6 +160,8 @@ def _build_validated(
         stage.begin("count splits")
         counts = _row_counts(clean, cfg)
         stage.done("count splits", v.rows_clean)
+        if cfg.task == "classification":
+            _require_two_classes(cfg, counts.classes or {}, v.classes)
         warnings = class_warnings(counts.classes, v.num_classes, v.classes) if cfg.task == "classification" else []
         for warning in warnings:
             log.warning("data.label %r: %s", cfg.label, warning)
@@ -174,7 +178,7 @@ def _build_validated(
 
         # The split key stays in the dataset, so scoring can name it as score.id_column.
         key = [cfg.split.key] if cfg.split.key and cfg.split.key != cfg.label else []
-        columns = [F.col(ROW_ID), F.col(FEATURES), F.col(f"`{cfg.label}`"), *[F.col(f"`{k}`") for k in key]]
+        columns = [F.col(ROW_ID), F.col(FEATURES), column(cfg.label), *[column(k) for k in key]]
         splits = {}
         for name in SPLITS:
             rows = counts.splits.get(name, 0)
@@ -248,6 +252,17 @@ class _RowCounts:
     classes: dict[str, int] | None
 
 
+def _require_two_classes(cfg: DataConfig, classes: dict[str, int], names: list[str] | None) -> None:
+    """A label with one class in every clean row trains a model that cannot be wrong: refused before training."""
+    if len(classes) == 1:
+        (only,) = classes
+        value = names[int(only)] if names else only
+        raise SparkmlParError(
+            f"data.label {cfg.label!r}: every clean row holds the same class ({value!r}); a classifier needs rows "
+            f"of at least two classes: check data.label and the input, or set data.task: regression"
+        )
+
+
 def _row_counts(clean, cfg: DataConfig) -> _RowCounts:
     """One aggregate, of splits x partitions (+ classes) rows: for a classification label over two grouping
     sets, (split, partition) and (label). It replaces a count of splits and classes and a count of each
@@ -261,8 +276,8 @@ def _row_counts(clean, cfg: DataConfig) -> _RowCounts:
     # GROUPING SETS in SQL, which Spark 3.5 has (DataFrame.groupingSets is Spark 4's). Fields by position
     # below: a label may be named "count" or "_rows"; grouping(split) is 1 in the (label) set. pyspark formats
     # the query with {counted}, so braces of the label's name are doubled.
-    label_sql = ("`" + cfg.label.replace("`", "``") + "`").replace("{", "{{").replace("}", "}}")
-    counted = clean.select(SPLIT, partition, F.col(f"`{cfg.label}`"))
+    label_sql = quoted(cfg.label).replace("{", "{{").replace("}", "}}")
+    counted = clean.select(SPLIT, partition, column(cfg.label))
     query = (
         f"SELECT {SPLIT}, _partition, {label_sql}, grouping({SPLIT}) AS _by_label, count(1) AS _rows "
         f"FROM {{counted}} GROUP BY GROUPING SETS (({SPLIT}, _partition), ({label_sql}))"
@@ -304,7 +319,7 @@ def _label_scale(clean, cfg: DataConfig) -> dict[str, float] | None:
     """Mean and standard deviation of a regression label on the train split (one aggregate)."""
     from pyspark.sql import functions as F
 
-    label = F.col(f"`{cfg.label}`")
+    label = column(cfg.label)
     row = clean.where(F.col(SPLIT) == "train").agg(F.mean(label).alias("mean"), F.stddev(label).alias("std")).first()
     if row["mean"] is None:
         return None

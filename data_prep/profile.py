@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sparkml_par.config import ColumnSpec
-from sparkml_par.contract import ROW_ID
+from sparkml_par.contract import ROW_ID, column, quoted
 
 # Relative error of the profile's approximate distinct counts (Spark's default is 0.05). The counts are
 # only reported; at 0.1 the HyperLogLog++ sketch of each column has a quarter of the registers, and the
@@ -22,7 +22,7 @@ def count_duplicates(df, columns: list[str], rows: int) -> int:
     """
     from pyspark.sql import functions as F
 
-    content = [F.col(f"`{c}`") for c in columns]
+    content = [column(c) for c in columns]
     per_hash = df.groupBy(F.xxhash64(*content).alias("_hash")).agg(F.count(F.lit(1)).alias("_rows"))
     if per_hash.where(F.col("_rows") > 1).isEmpty():
         return 0
@@ -33,7 +33,7 @@ def drop_duplicates(df, columns: list[str]):
     """Keeps one row per content; the smallest id wins so the result does not depend on partitioning."""
     from pyspark.sql import functions as F
 
-    return df.groupBy(*[f"`{c}`" for c in columns]).agg(F.min(ROW_ID).alias(ROW_ID))
+    return df.groupBy(*[quoted(c) for c in columns]).agg(F.min(ROW_ID).alias(ROW_ID))
 
 
 def profile(df, label: str, specs: list[ColumnSpec], label_distribution: dict[str, int] | None) -> dict[str, Any]:
@@ -105,7 +105,7 @@ def _scalar_statistics(df, numeric: list[str], strings: list[str]) -> tuple[int,
 
 def _scalar_value(name: str, *, text: bool) -> str:
     """A column as the unpivoted struct: its number in `d` or its text in `s`, the other field null."""
-    column = _quoted(name)
+    column = quoted(name)
     if text:
         return f"named_struct('d', CAST(NULL AS DOUBLE), 's', CAST({column} AS STRING))"
     return f"named_struct('d', CAST({column} AS DOUBLE), 's', CAST(NULL AS STRING))"
@@ -115,7 +115,7 @@ def _vector_statistics(df, vectors: list[str]) -> dict[str, dict[str, Any]]:
     """Statistics over all elements of each vector column; per-element sums come from one pass over each array."""
     wanted: list[tuple[str, str, str]] = []  # (column, statistic, SQL aggregate)
     for name in vectors:
-        c = _quoted(name)
+        c = quoted(name)
         wanted += [
             (name, "nulls", f"count_if({c} IS NULL)"),
             (name, "min", f"min(array_min({c}))"),
@@ -131,11 +131,6 @@ def _vector_statistics(df, vectors: list[str]) -> dict[str, dict[str, Any]]:
     for name in vectors:
         _vector_moments(columns[name])
     return columns
-
-
-def _quoted(name: str) -> str:
-    """A column name as a Spark SQL identifier."""
-    return "`" + name.replace("`", "``") + "`"
 
 
 def class_warnings(distribution: dict[str, int], num_classes: int, classes: list[str] | None) -> list[str]:

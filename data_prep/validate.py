@@ -13,9 +13,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from data_prep.ingest import Ingested, naming_unreadable_files
+from data_prep.ingest import UNDECODABLE, Ingested, naming_unreadable_files
 from sparkml_par.config import ColumnSpec, DataConfig
-from sparkml_par.contract import INGEST_ERROR, INTERNAL_COLUMNS, RAW_RECORD, REJECT_REASON, ROW_ID
+from sparkml_par.contract import INGEST_ERROR, INTERNAL_COLUMNS, RAW_RECORD, REJECT_REASON, ROW_ID, column, quoted
 from sparkml_par.errors import SparkmlParError
 
 log = logging.getLogger(__name__)
@@ -106,6 +106,7 @@ def validate(ing: Ingested, cfg: DataConfig) -> Validated:
             annotated.unpersist()
             annotated, counts = _annotate(df, cfg, specs, _text_label_checks(df, cfg, classes), persist=True)
         rows_in, reasons, clean_row = _tally(counts)
+        _check_decoded(cfg, reasons, rows_in)
         _check_label_values(cfg, reasons, rows_in)
     except BaseException:
         annotated.unpersist()
@@ -147,7 +148,7 @@ def validate_for_scoring(ing: Ingested, cfg: DataConfig, specs: list[ColumnSpec]
             fix=f"the model's features are built from the raw columns {names!r}: give the input all of them",
         )
     annotated, counts = _annotate(df, cfg, specs, None)
-    others = [F.col(f"`{c}`") for c in raw_columns if c not in names]
+    others = [column(c) for c in raw_columns if c not in names]
     clean_columns = [ROW_ID, *[F.col(f"_typed_{i}").alias(name) for i, name in enumerate(names)], *others]
     return _validated(annotated, df, raw_columns, clean_columns, counts, specs)
 
@@ -246,9 +247,8 @@ def _readable_labels(cfg: DataConfig, reasons: dict[str, int], rows_in: int) -> 
 
 def _text_classes(df, cfg: DataConfig) -> list[str]:
     """The label's distinct values, sorted: class i is classes[i]. An aggregate of at most MAX_CLASSES + 1 rows."""
-    from pyspark.sql import functions as F
 
-    label = F.col(f"`{cfg.label}`").cast("string")
+    label = column(cfg.label).cast("string")
     with naming_unreadable_files(cfg):
         values = [r[0] for r in df.where(label.isNotNull()).select(label).distinct().limit(MAX_CLASSES + 1).collect()]
     if len(values) > MAX_CLASSES:
@@ -269,10 +269,21 @@ def _text_label_checks(df, cfg: DataConfig, classes: list[str]):
     """The class index of a text label (every non-null value is one of `classes`)."""
     from pyspark.sql import functions as F
 
-    raw = F.col(f"`{cfg.label}`")
+    raw = column(cfg.label)
     # pyspark 3.5's F.array_position takes a literal, not a column, as the value.
     index = F.call_function("array_position", F.array(*[F.lit(c) for c in classes]), raw.cast("string")) - 1
     return index.cast("long"), [(raw.isNull(), F.lit(f"null:{cfg.label}"))]
+
+
+def _check_decoded(cfg: DataConfig, reasons: dict[str, int], rows_in: int) -> None:
+    """Text read in the wrong encoding is a setting to fix, not rows to quarantine."""
+    undecodable = reasons.get(UNDECODABLE, 0)
+    if undecodable:
+        raise SparkmlParError(
+            f"data.path {cfg.path!r}: {undecodable} of {rows_in} rows hold bytes that are not {cfg.encoding} text; "
+            f"set data.encoding to the files' encoding (iso-8859-1 for a Latin-1 or Windows export), or write "
+            f"them again as {cfg.encoding}"
+        )
 
 
 def check_reject_fraction(v: Validated, cfg: DataConfig, quarantine_url: str) -> None:
@@ -322,19 +333,19 @@ def _infer_specs(df, cfg: DataConfig, raw_columns: list[str]) -> tuple[list[Colu
             )
     counts = []
     for i, f in enumerate(fields):
-        quoted = "`" + f.name.replace("`", "``") + "`"
-        column = F.col(quoted)
-        counts += [F.count(column).alias(f"values_{i}"), F.approx_count_distinct(column).alias(f"distinct_{i}")]
+        name = quoted(f.name)
+        value = F.col(name)
+        counts += [F.count(value).alias(f"values_{i}"), F.approx_count_distinct(value).alias(f"distinct_{i}")]
         if isinstance(f.dataType, StringType):
-            number = F.expr(f"try_cast({quoted} AS double)")
-            moment = F.expr(f"try_to_timestamp({quoted})")
-            word = F.lower(F.trim(column))
+            number = F.expr(f"try_cast({name} AS double)")
+            moment = F.expr(f"try_to_timestamp({name})")
+            word = F.lower(F.trim(value))
             counts += [
                 F.count(number).alias(f"numbers_{i}"),
                 F.count(F.when(number == F.floor(number), 1)).alias(f"wholes_{i}"),
                 F.count(F.when(word.isin(*_BOOL_WORDS), 1)).alias(f"bools_{i}"),
                 F.count(moment).alias(f"moments_{i}"),
-                F.count(F.when(moment.isNotNull() & (F.length(F.trim(column)) <= 10), 1)).alias(f"dates_{i}"),
+                F.count(F.when(moment.isNotNull() & (F.length(F.trim(value)) <= 10), 1)).alias(f"dates_{i}"),
             ]
     with naming_unreadable_files(cfg):
         row = df.where(F.col(INGEST_ERROR).isNull()).agg(*counts).first()
@@ -422,18 +433,18 @@ def _as_double(df, name: str):
     from pyspark.sql.types import NumericType
 
     if isinstance(df.schema[name].dataType, NumericType):
-        return F.col(f"`{name}`").cast("double")
-    return F.expr(f"try_cast(`{name}` AS double)")
+        return column(name).cast("double")
+    return F.expr(f"try_cast({quoted(name)} AS double)")
 
 
 def _as_text(df, name: str):
     from pyspark.sql import functions as F
     from pyspark.sql.types import ArrayType, MapType, StructType
 
-    column = F.col(f"`{name}`")
+    value = column(name)
     if isinstance(df.schema[name].dataType, (ArrayType, MapType, StructType)):
-        return F.to_json(column)
-    return column.cast("string")
+        return F.to_json(value)
+    return value.cast("string")
 
 
 def _number_checks(raw, value, name: str, dtype, *, integer: bool, low, high, nullable: bool):
@@ -461,9 +472,8 @@ def _number_checks(raw, value, name: str, dtype, *, integer: bool, low, high, nu
 
 
 def _label_checks(df, cfg: DataConfig):
-    from pyspark.sql import functions as F
 
-    raw, dtype = F.col(f"`{cfg.label}`"), df.schema[cfg.label].dataType
+    raw, dtype = column(cfg.label), df.schema[cfg.label].dataType
     value = _as_double(df, cfg.label)
     if cfg.task == "regression":
         checks = _number_checks(raw, value, cfg.label, dtype, integer=False, low=None, high=None, nullable=False)
@@ -477,7 +487,7 @@ def _feature_checks(df, spec: ColumnSpec, cfg: DataConfig):
     from pyspark.sql import functions as F
     from pyspark.sql.types import ArrayType, NumericType, StringType
 
-    raw = F.col(f"`{spec.name}`")
+    raw = column(spec.name)
     dtype = df.schema[spec.name].dataType
     if spec.type == "vector":
         if not (isinstance(dtype, ArrayType) and isinstance(dtype.elementType, NumericType)):
@@ -521,7 +531,7 @@ def _as_bool(df, spec: ColumnSpec):
     from pyspark.sql import functions as F
     from pyspark.sql.types import BooleanType
 
-    raw = F.col(f"`{spec.name}`")
+    raw = column(spec.name)
     if isinstance(df.schema[spec.name].dataType, BooleanType):
         return raw.cast("double")
     word = F.lower(F.trim(raw.cast("string")))
@@ -534,7 +544,7 @@ def _as_timestamp(df, spec: ColumnSpec):
     from pyspark.sql import functions as F
     from pyspark.sql.types import DateType, StringType, TimestampType
 
-    raw = F.col(f"`{spec.name}`")
+    raw = column(spec.name)
     dtype = df.schema[spec.name].dataType
     if isinstance(dtype, (TimestampType, DateType)) or dtype.typeName() == "timestamp_ntz":
         return raw.cast("timestamp")
@@ -543,11 +553,11 @@ def _as_timestamp(df, spec: ColumnSpec):
             f"data.features: column {spec.name!r} is declared type: {spec.type} but holds "
             f"{dtype.simpleString()}; declare its real type or convert it"
         )
-    quoted = "`" + spec.name.replace("`", "``") + "`"
+    name = quoted(spec.name)
     if spec.format is None:
-        return F.expr(f"try_to_timestamp({quoted})")
+        return F.expr(f"try_to_timestamp({name})")
     pattern = spec.format.replace("\\", "\\\\").replace("'", "\\'")
-    return F.expr(f"try_to_timestamp({quoted}, '{pattern}')")
+    return F.expr(f"try_to_timestamp({name}, '{pattern}')")
 
 
 def _vector_checks(raw, spec: ColumnSpec):

@@ -126,6 +126,9 @@ class DataConfig:
     path: Optional[str] = _field(None, "Input URL for csv/json/parquet/images (any URL Spark reads).")
     csv_header: bool = _field(True, "The CSV's first line names the columns.")
     csv_sep: str = _field(",", "CSV field separator.")
+    encoding: Literal["utf-8", "iso-8859-1", "us-ascii"] = _field(
+        "utf-8", "Character encoding of CSV and JSON files; a row with bytes that do not decode is an error."
+    )
     null_values: list[str] = _field(
         list(NULL_VALUES), "Text read as missing in CSV and JSON (pandas' defaults); [] reads only empty as missing."
     )

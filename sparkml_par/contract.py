@@ -83,3 +83,16 @@ MANIFEST_QUARANTINE = "quarantine"  # path, rows and rows per reason of the quar
 MANIFEST_PROFILE = "profile"  # path of profile.json
 # who may replace the dataset without data.mode=overwrite: a pipeline's run directory, or null
 MANIFEST_OWNER = "owner"
+
+
+def quoted(name: str) -> str:
+    """A user's column name as a Spark SQL identifier: a name with dots, spaces, backticks or a reserved word
+    refers to that one top-level column, in an expression and in the Column API alike."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def column(name: str):
+    """The top-level column `name` of a DataFrame, whatever characters the name holds."""
+    from pyspark.sql import functions as F
+
+    return F.col(quoted(name))

@@ -24,6 +24,7 @@ from run_settings import small_mlp
 from data_prep import featurize
 from data_prep.job import prepare, summary
 from sparkml_par.config import load_config
+from sparkml_par.contract import quoted
 from sparkml_par.infer.score import score_job
 from sparkml_par.train.job import train
 
@@ -188,22 +189,20 @@ def test_exported_table_end_to_end(spark, tmp_path, scenario, caplog):
         np.testing.assert_array_equal(features[0], features[1])
     else:
         assert types["visited"] == "timestamp" and types["smoker"] == "bool" and not m["quarantine"]["reasons"]
-    # The parts a timestamp and a date become, by the dataset's own fitted pipeline (its first stage).
+    # The parts a timestamp and a date become, by the dataset's own fitted pipeline (its first stage), on a
+    # row of every feature column.
     from pyspark.ml import PipelineModel
 
-    parts = spark.createDataFrame([("2013-03-03 02:02:00", "1942-03-03")], ["visited", "born"]).selectExpr(
-        "CAST(visited AS timestamp) AS visited", "CAST(born AS timestamp) AS born"
-    )
-    derived = PipelineModel.load(f"{dataset}/{m['feature_pipeline']}").stages[0].transform(parts).first()
+    specs = _specs(m)
+    sample = {"timestamp": "TIMESTAMP'2013-03-03 02:02:00'", "date": "TIMESTAMP'1942-03-03 00:00:00'", "string": "'x'"}
+    values = [f"{sample.get(s.type, 'CAST(0 AS double)')} AS {quoted(s.name)}" for s in specs]
+    first = PipelineModel.load(f"{dataset}/{m['feature_pipeline']}").stages[0]
+    derived = first.transform(spark.range(1).selectExpr(*values)).first().asDict()
+    plain = featurize.plain_names(specs)
     # year, month, day, day of week (Sunday 1), hour; 1942-03-03 was a Tuesday.
-    expected = {
-        **dict(
-            zip([f"visited__{p}" for p in ("year", "month", "dayofmonth", "dayofweek", "hour")], [2013, 3, 3, 1, 2])
-        ),
-        **dict(zip([f"born__{p}" for p in ("year", "month", "dayofmonth", "dayofweek")], [1942, 3, 3, 3])),
-    }
-    assert sorted(featurize.datetime_parts(_specs(m))) == sorted(expected)
-    assert {name: derived[name] for name in expected} == expected
+    parts = {"visited": featurize.DATETIME_PARTS["timestamp"], "born": featurize.DATETIME_PARTS["date"]}
+    expected = {"visited": [2013, 3, 3, 1, 2], "born": [1942, 3, 3, 3]}
+    assert {name: [derived[f"{plain[name]}__{p}"] for p in parts[name]] for name in parts} == expected
 
     trained = train(spark, cfg)
     assert trained.epochs_run >= 1

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparkml_par.contract import FEATURES, MANIFEST_SPLITS
+from sparkml_par.contract import FEATURES, MANIFEST_SPLITS, column
 from sparkml_par.errors import SparkmlParError
 from sparkml_par.infer.predictor import input_size
 
@@ -150,15 +150,15 @@ def checked_features(df, description: dict[str, Any], id_column: str):
     from pyspark.sql import functions as F
 
     size = input_size(description)
-    column = _features_as_floats(df, description)
+    features = _features_as_floats(df, description)
     message = F.format_string(
         f"{ROW_CHECK_PREFIX}row with {id_column}=%s has %s {FEATURES} values but the model expects {size} "
         f"(input shape {description['spec']['input_shape']}); fix or remove that row, or score data prepared "
         f"like the model's dataset {description.get('dataset')!r}",
-        F.col(f"`{id_column}`").cast("string"),
-        F.coalesce(F.size(column).cast("string"), F.lit("null")),
+        column(id_column).cast("string"),
+        F.coalesce(F.size(features).cast("string"), F.lit("null")),
     )
-    return F.when(F.size(column) == size, column).otherwise(F.raise_error(message))
+    return F.when(F.size(features) == size, features).otherwise(F.raise_error(message))
 
 
 def width_mismatch(df, description: dict[str, Any]) -> SparkmlParError | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparkml_par.contract import PREDICTION
+from sparkml_par.contract import PREDICTION, column, quoted
 
 
 def evaluate(predictions, label: str, task: str, num_classes: int, classes: list[str] | None = None) -> dict[str, Any]:
@@ -26,8 +26,8 @@ def _pair_counts(predictions, label: str, classes: list[str] | None) -> dict[tup
     does not know) becomes -1, an invalid label, never a truncated class."""
     from pyspark.sql import functions as F
 
-    raw = F.col(f"`{label}`")
-    number = F.expr(f"try_cast(`{label}` AS double)")
+    raw = column(label)
+    number = F.expr(f"try_cast({quoted(label)} AS double)")
     class_id = F.when(number.isNotNull() & (number == F.floor(number)), number).otherwise(F.lit(-1.0))
     if classes:
         # pyspark 3.5's F.array_position takes a literal, not a column, as the value.
@@ -67,7 +67,7 @@ def classification_metrics(pair_counts: dict[tuple[int | None, int], int], num_c
 def _regression(predictions, label: str) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
-    error = F.col(PREDICTION).cast("double") - F.expr(f"try_cast(`{label}` AS double)")
+    error = F.col(PREDICTION).cast("double") - F.expr(f"try_cast({quoted(label)} AS double)")
     row = predictions.agg(
         F.count(error).alias("evaluated"),
         F.count(F.lit(1)).alias("rows"),

@@ -16,7 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from sparkml_par.config import Config
-from sparkml_par.contract import MODEL_DIR, PREDICTED_LABEL, PREDICTION, ROW_ID, SCORE_METRICS, SCORE_QUARANTINE_DIR
+from sparkml_par.contract import (
+    MODEL_DIR,
+    PREDICTED_LABEL,
+    PREDICTION,
+    ROW_ID,
+    SCORE_METRICS,
+    SCORE_QUARANTINE_DIR,
+    quoted,
+)
 from sparkml_par.errors import SparkmlParError
 from sparkml_par.infer import inputs, metrics, publish
 from sparkml_par.infer.arrow_predict import output_schema, predict_batches
@@ -72,7 +80,7 @@ def _predictions(
     label = inputs.label_column(df, description)
     features = inputs.checked_features(df, description, id_column)
     carried = [id_column] + ([label] if label and label != id_column else [])
-    checked = df.select(*[f"`{c}`" for c in carried], features.alias(_FEATURES))
+    checked = df.select(*[quoted(c) for c in carried], features.alias(_FEATURES))
     predict = predict_batches(Store(model_dir).url, description, _FEATURES, carried, batch_size)
     predictions = checked.mapInArrow(predict, output_schema(df, carried, description["task"]))
     return _with_class_names(predictions, description.get("classes")), scoring
