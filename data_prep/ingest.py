@@ -246,7 +246,9 @@ def _with_corrupt_record(df, corrupt: str, reason: str):
 def _csv(spark, cfg: DataConfig, url: str):
     from pyspark.sql.types import StringType, StructField, StructType
 
-    options = {"sep": cfg.csv_sep, "encoding": cfg.encoding}
+    options = {"sep": cfg.csv_sep}
+    if cfg.encoding != "utf-8":  # Spark decodes lines again when told any name but its own "UTF-8"
+        options["encoding"] = cfg.encoding
     # The header's fields as the file has them (Spark's own header reading renames duplicate names); every
     # column is read as a string so that validation, not the reader, decides what is unparseable.
     first = spark.read.options(**options).option("header", "false").csv(url)
@@ -349,7 +351,7 @@ def _with_undecodable_rows(df, raw_columns: list[str]):
     texts = [column(c) for c in raw_columns if isinstance(df.schema[c].dataType, StringType)] + [F.col(RAW_RECORD)]
     mangled = F.lit(False)
     for text in texts:
-        mangled = mangled | F.coalesce(F.instr(text, UNDECODABLE_CHAR) > 0, F.lit(False))
+        mangled = mangled | F.coalesce(text.contains(UNDECODABLE_CHAR), F.lit(False))
     return df.withColumn(INGEST_ERROR, F.when(mangled, F.lit(UNDECODABLE)).otherwise(F.col(INGEST_ERROR)))
 
 

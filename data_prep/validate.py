@@ -123,9 +123,7 @@ def validate(ing: Ingested, cfg: DataConfig) -> Validated:
         *[F.col(f"_typed_{i}").alias(spec.name) for i, spec in enumerate(specs)],
         *carried,
     ]
-    validated = _validated(annotated, df, raw_columns, clean_columns, counts, specs, num_classes, classes)
-    validated.left_out = left_out
-    return validated
+    return _validated(annotated, df, raw_columns, clean_columns, counts, specs, num_classes, classes, left_out)
 
 
 def validate_for_scoring(ing: Ingested, cfg: DataConfig, specs: list[ColumnSpec]) -> Validated:
@@ -154,7 +152,7 @@ def validate_for_scoring(ing: Ingested, cfg: DataConfig, specs: list[ColumnSpec]
 
 
 def _validated(
-    annotated, df, raw_columns, clean_columns, counts, specs, num_classes: int = 0, classes=None
+    annotated, df, raw_columns, clean_columns, counts, specs, num_classes: int = 0, classes=None, left_out=None
 ) -> Validated:
     """The clean rows (clean_columns of the rows without a reason), the quarantined raw rows and their counts."""
     from pyspark.sql import functions as F
@@ -170,6 +168,7 @@ def _validated(
         features=specs,
         classes=classes,
         annotated=annotated,
+        left_out=left_out or {},
     )
 
 
