@@ -35,10 +35,10 @@ def needs_pipeline(specs: list[ColumnSpec]) -> bool:
     return not (len(specs) == 1 and specs[0].type == "vector")
 
 
-def plain_names(specs: list[ColumnSpec]) -> dict[str, str]:
+def plain_names(names: list[str]) -> dict[str, str]:
     """Each feature column's name inside the pipeline. Spark ML's stages take plain names (a dot reads as a
     struct field), so the pipeline's first stage copies the user's columns to these, whatever they are called."""
-    return {s.name: f"{_PLAIN_PREFIX}{i}" for i, s in enumerate(specs)}
+    return {name: f"{_PLAIN_PREFIX}{i}" for i, name in enumerate(names)}
 
 
 def fit_feature_pipeline(train_df, specs: list[ColumnSpec], cfg: FeaturizeConfig):
@@ -59,7 +59,7 @@ def fit_feature_pipeline(train_df, specs: list[ColumnSpec], cfg: FeaturizeConfig
             f"data.features: vector column(s) {vectors} cannot be mixed with other feature columns; "
             f"declare one vector column alone, or only scalar (float, int, bool, string, timestamp, date) columns"
         )
-    plain = plain_names(specs)
+    plain = plain_names([s.name for s in specs])
     copies, parts = [], []
     for s in specs:
         if s.type in DATETIME_PARTS:
@@ -169,11 +169,11 @@ def export_fitted(pipeline_url: str | None, raw_types: dict[str, str]) -> dict |
         return {"vector": name}
     if any(kind not in ("float", "int") for kind in raw_types.values()):
         return None
-    plain = {f"{_PLAIN_PREFIX}{i}": name for i, name in enumerate(raw_types)}
+    raw = {plain: name for name, plain in plain_names(list(raw_types)).items()}
 
     def raw_name(column: str) -> str:
         name = column.removesuffix("__imputed")
-        return plain.get(name, name)  # a pipeline fitted before the copy stage names the raw columns
+        return raw.get(name, name)  # a pipeline fitted before the copy stage names the raw columns
 
     exported: dict = {"columns": [], "impute": {}, "mean": None, "std": None}
     for stage in PipelineModel.load(pipeline_url).stages:

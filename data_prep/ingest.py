@@ -252,10 +252,8 @@ def _csv(spark, cfg: DataConfig, url: str):
     # The header's fields as the file has them (Spark's own header reading renames duplicate names); every
     # column is read as a string so that validation, not the reader, decides what is unparseable.
     first = spark.read.options(**options).option("header", "false").csv(url)
-    if not first.columns:
-        _require_columns(cfg, [])
     names = [f"_c{i}" for i in range(len(first.columns))]
-    if cfg.csv_header:
+    if cfg.csv_header and names:
         names = _header_names(cfg, list(first.first() or ()))
     _require_columns(cfg, names)
     schema = StructType([StructField(n, StringType()) for n in names] + [StructField(_CORRUPT_RECORD, StringType())])

@@ -105,10 +105,10 @@ def _scalar_statistics(df, numeric: list[str], strings: list[str]) -> tuple[int,
 
 def _scalar_value(name: str, *, text: bool) -> str:
     """A column as the unpivoted struct: its number in `d` or its text in `s`, the other field null."""
-    column = quoted(name)
+    sql = quoted(name)
     if text:
-        return f"named_struct('d', CAST(NULL AS DOUBLE), 's', CAST({column} AS STRING))"
-    return f"named_struct('d', CAST({column} AS DOUBLE), 's', CAST(NULL AS STRING))"
+        return f"named_struct('d', CAST(NULL AS DOUBLE), 's', CAST({sql} AS STRING))"
+    return f"named_struct('d', CAST({sql} AS DOUBLE), 's', CAST(NULL AS STRING))"
 
 
 def _vector_statistics(df, vectors: list[str]) -> dict[str, dict[str, Any]]:

@@ -198,7 +198,7 @@ def test_exported_table_end_to_end(spark, tmp_path, scenario, caplog):
     values = [f"{sample.get(s.type, 'CAST(0 AS double)')} AS {quoted(s.name)}" for s in specs]
     first = PipelineModel.load(f"{dataset}/{m['feature_pipeline']}").stages[0]
     derived = first.transform(spark.range(1).selectExpr(*values)).first().asDict()
-    plain = featurize.plain_names(specs)
+    plain = featurize.plain_names([s.name for s in specs])
     # year, month, day, day of week (Sunday 1), hour; 1942-03-03 was a Tuesday.
     parts = {"visited": featurize.DATETIME_PARTS["timestamp"], "born": featurize.DATETIME_PARTS["date"]}
     expected = {"visited": [2013, 3, 3, 1, 2], "born": [1942, 3, 3, 3]}
