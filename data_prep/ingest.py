@@ -27,8 +27,8 @@ from sparkml_par.contract import (
     REJECT_REASON,
     ROW_ID,
     SPLIT,
+    as_number,
     column,
-    quoted,
 )
 from sparkml_par.errors import SparkmlParError
 from sparkml_par.storage import HadoopFs, qualify_url
@@ -155,24 +155,34 @@ def unreadable_file_error(exc: BaseException, setting: str, path: str, file_form
     )
 
 
-# Spark's CSV reader parses only the columns a query reads; a row with too few or too many fields is then
-# malformed in a query that reads all columns and well-formed in one that reads a few, so the reason counts
-# and the written quarantine would disagree. Every query over a CSV input parses whole rows instead.
-_CSV_COLUMN_PRUNING = "spark.sql.csv.parser.columnPruning.enabled"
+# The SQL settings of every query over raw rows (prepare's and scoring's), set while they run:
+_RAW_ROW_SETTINGS = {
+    # Spark's CSV reader parses only the columns a query reads; a row with too few or too many fields is then
+    # malformed in a query that reads all columns and well-formed in one that reads a few, so the reason counts
+    # and the written quarantine would disagree. Every query over a CSV input parses whole rows instead.
+    "spark.sql.csv.parser.columnPruning.enabled": "false",
+    # A query over every column of a wide input with its checks compiles to one Java method larger than the
+    # JVM's just-in-time compiler takes (8,000 bytes of bytecode), which then runs interpreted, several times
+    # slower. At this limit Spark compiles such a query per operator instead, as its documentation suggests
+    # for HotSpot JVMs.
+    "spark.sql.codegen.hugeMethodLimit": "8000",
+}
 
 
 @contextlib.contextmanager
-def parsing_whole_csv_rows(spark):
-    """Around all Spark work over a CSV input: a short or long row is malformed in every query alike."""
-    previous = spark.conf.get(_CSV_COLUMN_PRUNING, None)
-    spark.conf.set(_CSV_COLUMN_PRUNING, "false")
+def reading_raw_rows(spark):
+    """Around all Spark work over raw input rows: the settings above, and the session's own back afterwards."""
+    previous = {key: spark.conf.get(key, None) for key in _RAW_ROW_SETTINGS}
+    for key, value in _RAW_ROW_SETTINGS.items():
+        spark.conf.set(key, value)
     try:
         yield
     finally:
-        if previous is None:
-            spark.conf.unset(_CSV_COLUMN_PRUNING)
-        else:
-            spark.conf.set(_CSV_COLUMN_PRUNING, previous)
+        for key, value in previous.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
 
 
 @contextlib.contextmanager
@@ -224,7 +234,7 @@ def canonical_values(df, names: list[str]) -> list:
         if isinstance(dtype, NumericType):
             values += [value.cast("double"), F.lit(None).cast("string")]
         elif isinstance(dtype, StringType):
-            number = F.expr(f"try_cast({quoted(name)} AS double)")
+            number = as_number(name)
             values += [number, F.when(number.isNull(), value)]
         elif isinstance(dtype, (ArrayType, MapType, StructType)):
             values += [F.lit(None).cast("double"), F.to_json(value)]

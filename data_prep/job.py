@@ -10,11 +10,11 @@ import dataclasses
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from data_prep import featurize
 from data_prep import manifest as mf
-from data_prep.ingest import Ingested, ingest, input_fingerprint, parsing_whole_csv_rows
+from data_prep.ingest import Ingested, ingest, input_fingerprint, reading_raw_rows
 from data_prep.profile import class_warnings, count_duplicates, drop_duplicates, profile
 from data_prep.split import assign_splits, make_row_ids_unique
 from data_prep.validate import Validated, check_reject_fraction, validate
@@ -64,7 +64,7 @@ from sparkml_par.contract import (
 )
 from sparkml_par.errors import SparkmlParError
 from sparkml_par.session import require_classic_session
-from sparkml_par.spark_jobs import BackgroundJob, JobName, spark_job
+from sparkml_par.spark_jobs import BackgroundJob, JobName, current_group, spark_job
 from sparkml_par.stage import Run, Stage, always_due, fingerprint
 
 log = logging.getLogger(__name__)
@@ -78,6 +78,8 @@ class PrepareResult:
     output: str
     skipped: bool
     seconds: float = 0.0
+    # Each step that ran: its name, rows, seconds and Spark jobs (prepare's steps, in the order they ended).
+    steps: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
 def prepare(spark, cfg: DataConfig, owner: str | None = None) -> PrepareResult:
@@ -87,12 +89,14 @@ def prepare(spark, cfg: DataConfig, owner: str | None = None) -> PrepareResult:
     directory, so `sparkml-par run` re-prepares its own dataset after an edit of the input or config.
     """
     require_classic_session(spark, "prepare")
-    with parsing_whole_csv_rows(spark), spark_job(spark.sparkContext, "prepare: read the input") as step:
+    with reading_raw_rows(spark), spark_job(spark.sparkContext, "prepare: read the input") as step:
         return _prepare(spark, cfg, owner, step)
 
 
-def _prepare(spark, cfg: DataConfig, owner: str | None, step: JobName) -> PrepareResult:
+def _prepare(spark, cfg: DataConfig, owner: str | None, job: JobName) -> PrepareResult:
     start = time.time()
+    steps = _Steps(spark.sparkContext, job)
+    steps.begin("read the input")
     output = storage.qualify_url(cfg.output)
     fingerprint = mf.fingerprint(cfg, input_fingerprint(spark, cfg))
     storage.clear_leftovers(spark, output)
@@ -101,10 +105,11 @@ def _prepare(spark, cfg: DataConfig, owner: str | None, step: JobName) -> Prepar
         log.info("%s already holds this dataset (fingerprint %s): nothing to do", output, fingerprint)
         return PrepareResult(manifest=existing, output=output, skipped=True, seconds=time.time() - start)
     ing = ingest(spark, cfg)
+    steps.done("read the input", 0)
     staging = storage.create_staging(spark, output, "data.output")
     fs = storage.HadoopFs(spark, staging)
     try:
-        manifest = _build(spark, cfg, ing, fingerprint, staging, output, step)
+        manifest = _build(spark, cfg, ing, fingerprint, staging, output, steps)
         manifest[MANIFEST_OWNER] = owner
         mf.publish(spark, staging, output, manifest)
     except BaseException:
@@ -115,32 +120,32 @@ def _prepare(spark, cfg: DataConfig, owner: str | None, step: JobName) -> Prepar
     log.info(
         "published %s in %.1f s (%.0f input rows/s)", output, seconds, manifest[MANIFEST_ROWS_IN] / max(seconds, 1e-9)
     )
-    return PrepareResult(manifest=manifest, output=output, skipped=False, seconds=seconds)
+    return PrepareResult(manifest=manifest, output=output, skipped=False, seconds=seconds, steps=steps.records)
 
 
 def _build(
-    spark, cfg: DataConfig, ing: Ingested, fingerprint: str, staging: str, output: str, step: JobName
+    spark, cfg: DataConfig, ing: Ingested, fingerprint: str, staging: str, output: str, steps: _Steps
 ) -> dict[str, Any]:
-    stage = _Stages(step)
-    stage.begin("validate")
+    steps.begin("validate")
     v = validate(ing, cfg)
     try:
-        stage.done("validate", v.rows_in)
-        return _build_validated(spark, cfg, ing, v, fingerprint, staging, output, stage)
+        steps.done("validate", v.rows_in)
+        return _build_validated(spark, cfg, ing, v, fingerprint, staging, output, steps)
     finally:
         v.release()
 
 
 def _build_validated(
-    spark, cfg: DataConfig, ing: Ingested, v: Validated, fingerprint: str, staging: str, output: str, stage: _Stages
+    spark, cfg: DataConfig, ing: Ingested, v: Validated, fingerprint: str, staging: str, output: str, steps: _Steps
 ) -> dict[str, Any]:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    stage.begin("quarantine")
+    steps.begin("quarantine")
     _write_quarantine(spark, v, cfg, staging, output)
-    stage.done("quarantine", v.rows_in - v.rows_clean)
+    steps.done("quarantine", v.rows_in - v.rows_clean)
 
+    steps.begin("duplicates")
     clean = v.clean
     content = [c for c in clean.columns if c != ROW_ID]
     duplicates = count_duplicates(clean, content, v.rows_clean)
@@ -155,26 +160,27 @@ def _build_validated(
         # persisted rows, cheaper to select again in each job than to cache a second time (200,000 x 33:
         # the first job over them 1.0 s -> 0.3 s).
         clean = clean.persist(StorageLevel.MEMORY_AND_DISK)
+    steps.done("duplicates", v.rows_clean)
     beside: list[BackgroundJob] = []
     try:
-        stage.begin("count splits")
+        steps.begin("count splits")
         counts = _row_counts(clean, cfg)
-        stage.done("count splits", v.rows_clean)
+        steps.done("count splits", v.rows_clean)
         if cfg.task == "classification":
             _require_two_classes(cfg, counts.classes or {}, v.classes)
         warnings = class_warnings(counts.classes, v.num_classes, v.classes) if cfg.task == "classification" else []
         for warning in warnings:
             log.warning("data.label %r: %s", cfg.label, warning)
-        beside.append(_profile_beside(spark, clean, cfg, v, counts, duplicates, staging))
+        beside.append(_profile_beside(spark, clean, cfg, v, counts, duplicates, staging, steps))
 
-        stage.begin("featurize")
+        steps.begin("featurize")
         label_scale = _label_scale(clean, cfg) if cfg.task == "regression" else None
         model = _fit_pipeline(clean, v, cfg)
         if model is not None:  # Spark ML saves with a small Spark job per stage: they run beside the writes
             url = f"{staging}/{FEATURE_PIPELINE_DIR}"
-            beside.append(BackgroundJob(spark.sparkContext, lambda: model.write().save(url), "prepare: save pipeline"))
+            beside.append(steps.beside("save pipeline", lambda: model.write().save(url)))
         featurized, size = _features(clean, v, model)
-        stage.done("featurize", counts.splits.get("train", 0))
+        steps.done("featurize", counts.splits.get("train", 0))
 
         # The split key stays in the dataset, so scoring can name it as score.id_column.
         key = [cfg.split.key] if cfg.split.key and cfg.split.key != cfg.label else []
@@ -184,7 +190,7 @@ def _build_validated(
             rows = counts.splits.get(name, 0)
             if rows == 0 and getattr(cfg.split, name) == 0:
                 continue
-            stage.begin(f"write {name}")
+            steps.begin(f"write {name}")
             part = featurized.where(F.col(SPLIT) == name).select(*columns)
             info = write_split(
                 spark,
@@ -198,7 +204,7 @@ def _build_validated(
                 partition_rows=counts.partitions.get(name),
             )
             splits[name] = {"path": name, **info}
-            stage.done(f"write {name}", rows)
+            steps.done(f"write {name}", rows)
         for job in beside:
             job.result()
     finally:
@@ -348,39 +354,60 @@ def _features(clean, v: Validated, model):
     return featurized, spec.size or featurized.select(F.size(FEATURES)).first()[0]
 
 
-def _profile_beside(spark, clean, cfg: DataConfig, v: Validated, counts: _RowCounts, duplicates: int, staging: str):
+def _profile_beside(
+    spark, clean, cfg: DataConfig, v: Validated, counts: _RowCounts, duplicates: int, staging: str, steps: _Steps
+):
     """The profile's aggregate and its file, in a Spark job of its own beside featurize and the writes:
     nothing but the profile file needs it, and the two share the executors' cores."""
 
-    def write_profile() -> None:
-        started = time.time()
+    def write_profile() -> int:
         stats = profile(clean, cfg.label, v.features, counts.classes)
         stats.update(duplicates=duplicates, deduplicated=bool(cfg.dedupe and duplicates))
         storage.write_json(storage.HadoopFs(spark, staging), f"{staging}/{PROFILE}", stats)
-        _log_step("profile", stats["rows"], time.time() - started)
+        return stats["rows"]
 
-    return BackgroundJob(spark.sparkContext, write_profile, "prepare: profile")
+    return steps.beside("profile", write_profile)
 
 
-class _Stages:
-    """Names the Spark jobs of each step ("prepare: validate") and logs each finished step with its duration
-    and throughput."""
+class _Steps:
+    """Names the Spark jobs of each step ("prepare: validate"), logs each finished step with its duration,
+    throughput and Spark jobs, and keeps them as records for the run summary. A step beside the others
+    (`beside`) runs in a background job of its own."""
 
-    def __init__(self, step: JobName):
-        self._step = step
+    def __init__(self, sc, job: JobName):
+        self._sc = sc
+        self._job = job
         self._last = time.time()
+        self._jobs_before = 0
+        self.records: list[dict[str, Any]] = []
 
     def begin(self, name: str) -> None:
-        self._step.rename(f"prepare: {name}")
+        self._job.rename(f"prepare: {name}")
+        self._jobs_before = self._jobs(self._job.group)
 
     def done(self, name: str, rows: int) -> None:
         now = time.time()
         seconds, self._last = now - self._last, now
-        _log_step(name, rows, seconds)
+        self._record(name, rows, seconds, self._jobs(self._job.group) - self._jobs_before)
 
+    def beside(self, name: str, action: Callable[[], int | None]) -> BackgroundJob:
+        """Runs action (which returns its rows, or None) in the background as step `name`."""
 
-def _log_step(name: str, rows: int, seconds: float) -> None:
-    log.info("%-16s %10d rows %7.1f s %12.0f rows/s", name, rows, seconds, rows / max(seconds, 1e-9))
+        def step() -> None:
+            started = time.time()
+            rows = action()
+            self._record(name, rows or 0, time.time() - started, self._jobs(current_group(self._sc)))
+
+        return BackgroundJob(self._sc, step, f"prepare: {name}")
+
+    def _jobs(self, group: str | None) -> int:
+        return len(self._sc.statusTracker().getJobIdsForGroup(group)) if group else 0
+
+    def _record(self, name: str, rows: int, seconds: float, jobs: int) -> None:
+        self.records.append({"step": name, "rows": rows, "seconds": round(seconds, 2), "jobs": jobs})
+        log.info(
+            "%-16s %10d rows %7.1f s %12.0f rows/s %4d Spark jobs", name, rows, seconds, rows / max(seconds, 1e-9), jobs
+        )
 
 
 def summary(result: PrepareResult) -> str:
@@ -429,6 +456,7 @@ def _stage_work(run: Run, _resume: bool):
         "rows_clean": m[MANIFEST_ROWS_CLEAN],
         "quarantined": m[MANIFEST_QUARANTINE]["rows"],
         "skipped": result.skipped,
+        "steps": result.steps,
     }
 
 

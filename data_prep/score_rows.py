@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from data_prep import featurize
-from data_prep.ingest import Ingested, from_dataframe, ingest, parsing_whole_csv_rows
+from data_prep.ingest import Ingested, from_dataframe, ingest, reading_raw_rows
 from data_prep.manifest import read_manifest
 from data_prep.validate import validate_for_scoring
 from sparkml_par.config import DataConfig, data_config_from_dict
@@ -65,7 +65,7 @@ def read_raw(spark, path: str, source: str, manifest: dict[str, Any]) -> Ingeste
 def score_rows(spark, ing: Ingested, manifest: dict[str, Any], dataset_url: str) -> ScoringRows:
     """Validates raw rows by the dataset's rules and builds their features with its fitted pipeline."""
     cfg = rules(manifest)
-    with parsing_whole_csv_rows(spark):  # the reason counts are collected here
+    with reading_raw_rows(spark):  # the reason counts are collected here
         v = validate_for_scoring(ing, cfg, cfg.features)
     pipeline = manifest.get(MANIFEST_FEATURE_PIPELINE)
     pipeline_url = f"{qualify_url(dataset_url)}/{pipeline}" if pipeline else None

@@ -96,3 +96,16 @@ def column(name: str):
     from pyspark.sql import functions as F
 
     return F.col(quoted(name))
+
+
+def as_number(name: str):
+    """A text column's values as doubles, null where a value does not read as a number (try_cast).
+
+    Spark answers a failed cast by throwing and catching an exception, per value; a value that begins with a
+    letter (a category, a word) is null without one. Only inf, infinity and nan begin with a letter (i, n).
+    """
+    from pyspark.sql import functions as F
+
+    first = F.ascii(column(name))
+    word = first.between(65, 90) | first.between(97, 122)
+    return F.when(~word | first.isin(73, 78, 105, 110), F.expr(f"try_cast({quoted(name)} AS double)"))

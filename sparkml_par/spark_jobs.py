@@ -30,6 +30,11 @@ def open_groups() -> dict[str, str]:
         return dict(_open)
 
 
+def current_group(sc) -> Optional[str]:
+    """The job group of jobs this thread would start now (None outside any spark_job)."""
+    return sc.getLocalProperty(_GROUP)
+
+
 def current_description(sc) -> Optional[str]:
     """The description of jobs this thread would start now (None outside any spark_job)."""
     return sc.getLocalProperty(_DESCRIPTION)

@@ -35,15 +35,60 @@ def mlp(in_features: int, classes: int, hidden: list[int]):
 
 
 def read_splits(spark, request: dict):
-    """(train, test, feature column names) of the raw input as a user reads it: every column but `label`
-    as one float array, a seeded 80/20 random split."""
+    """(train, test, number of features) of the raw input as a user reads it, a seeded 80/20 random split:
+    a Parquet file's columns but `label` as one float array, or a CSV through a Spark ML pipeline."""
     from pyspark.sql import functions as F
 
+    if "csv" in request:
+        return tabular_splits(spark, request)
     raw = spark.read.parquet(request["input"])
     feature_columns = [c for c in raw.columns if c != "label"]
     rows = raw.select(F.array(*[F.col(c).cast("float") for c in feature_columns]).alias("features"), "label")
     train, test = rows.randomSplit([0.8, 0.2], seed=request["seed"])
-    return train, test, feature_columns
+    return train, test, len(feature_columns)
+
+
+def csv_schema(columns: list[list[str]]):
+    """The declared schema of a CSV whose columns are [name, "number" | "text"] in file order."""
+    from pyspark.sql.types import DoubleType, StringType, StructField, StructType
+
+    return StructType([StructField(name, DoubleType() if kind == "number" else StringType()) for name, kind in columns])
+
+
+def tabular_splits(spark, request: dict):
+    """A CSV read with its declared schema, rows without a label dropped, split 80/20; a Spark ML Pipeline
+    (Imputer with medians, StringIndexer + OneHotEncoder, VectorAssembler, StandardScaler) fitted on train
+    makes the features of both splits."""
+    from pyspark.ml import Pipeline
+    from pyspark.ml.feature import Imputer, OneHotEncoder, StandardScaler, StringIndexer, VectorAssembler
+    from pyspark.ml.functions import vector_to_array
+    from pyspark.sql import functions as F
+
+    spec = request["csv"]
+    numeric, text, label = spec["numeric"], spec["text"], spec["label"]
+    raw = spark.read.csv(request["input"], header=True, schema=csv_schema(spec["columns"]))
+    train, test = raw.where(F.col(label).isNotNull()).randomSplit([0.8, 0.2], seed=request["seed"])
+    imputed, indexed, encoded = (
+        [f"{c}_{step}" for c in cols] for step, cols in (("imputed", numeric), ("index", text), ("onehot", text))
+    )
+    model = Pipeline(
+        stages=[
+            Imputer(inputCols=numeric, outputCols=imputed, strategy="median"),
+            StringIndexer(inputCols=text, outputCols=indexed, handleInvalid="keep"),
+            OneHotEncoder(inputCols=indexed, outputCols=encoded, handleInvalid="keep"),
+            VectorAssembler(inputCols=imputed + encoded, outputCol="assembled"),
+            StandardScaler(inputCol="assembled", outputCol="scaled", withMean=True, withStd=True),
+        ]
+    ).fit(train)
+
+    def featurized(rows):
+        out = model.transform(rows)
+        return out.select(
+            vector_to_array("scaled", "float32").alias("features"), F.col(label).cast("long").alias("label")
+        )
+
+    size = model.transform(train.limit(0)).schema["scaled"].metadata["ml_attr"]["num_attrs"]
+    return featurized(train), featurized(test), size
 
 
 def written_accuracy(spark, path: str) -> float:
@@ -105,13 +150,13 @@ def run(request: dict) -> dict:
     times = {"start-up": time.perf_counter() - STARTED}
 
     mark = time.perf_counter()
-    train, test, feature_columns = read_splits(spark, request)
+    train, test, features = read_splits(spark, request)
     # One Parquet file (row group) per partition: every rank needs a row group of its own.
     converter = make_spark_converter(train.repartition(request["num_proc"]))
     times["prepare"] = time.perf_counter() - mark
 
     mark = time.perf_counter()
-    request = {**request, "features": len(feature_columns), "model_path": f"{workdir}/model.pt"}
+    request = {**request, "features": features, "model_path": f"{workdir}/model.pt"}
     TorchDistributor(num_processes=request["num_proc"], local_mode=True, use_gpu=False).run(
         train_ddp, converter, request
     )

@@ -47,12 +47,12 @@ def run(request: dict) -> dict:
     times = {"start-up": time.perf_counter() - STARTED}
 
     mark = time.perf_counter()
-    train, test, feature_columns = read_splits(spark, request)
+    train, test, features = read_splits(spark, request)
     times["prepare"] = time.perf_counter() - mark
 
     mark = time.perf_counter()
     torch.manual_seed(request["seed"])
-    model = mlp(len(feature_columns), request["classes"], request["hidden"])
+    model = mlp(features, request["classes"], request["hidden"])
     estimator = TorchEstimator(
         num_proc=request["num_proc"],
         store=legacy_dataset_store(f"{workdir}/store"),
@@ -60,7 +60,7 @@ def run(request: dict) -> dict:
         optimizer=torch.optim.Adam(model.parameters(), lr=request["lr"] * request["num_proc"]),
         # The estimator hands labels over as float; cross entropy takes class indices.
         loss=lambda output, label: torch.nn.functional.cross_entropy(output, label.long()),
-        input_shapes=[[-1, len(feature_columns)]],
+        input_shapes=[[-1, features]],
         feature_cols=["features"],
         label_cols=["label"],
         batch_size=request["batch_size"] // request["num_proc"],

@@ -98,11 +98,11 @@ def _with_class_names(predictions, classes: list[str] | None):
 
 def score_job(spark, cfg: Config) -> ScoreResult:
     """Scores score.input (default: the model's test split) and publishes predictions and metrics."""
-    from data_prep.ingest import parsing_whole_csv_rows
+    from data_prep.ingest import reading_raw_rows
 
     require_classic_session(spark, "score")
     # A raw CSV input: its rows are counted and scored alike.
-    with parsing_whole_csv_rows(spark), spark_job(spark.sparkContext, "score: read the input") as step:
+    with reading_raw_rows(spark), spark_job(spark.sparkContext, "score: read the input") as step:
         return _score_job(spark, cfg, step)
 
 
