@@ -1,15 +1,17 @@
-"""The Spark ML feature pipeline: fitted on the train split only, saved with the dataset, reused by scoring.
+"""The Spark ML feature pipeline: built from the train split only, saved with the dataset, reused by scoring.
 
 Tabular inputs go through a copy of the columns under plain names (and date parts) -> imputer -> string
-indexer -> category cap -> one-hot -> vector assembler -> standard scaler (each as configured); the result
-becomes the `features` column as a float32 array. Inputs that arrive as one numeric vector (digits, images,
-synthetic) need no pipeline and pass through unchanged. Every step is a stage of the saved PipelineModel, so
-scoring repeats it exactly.
+indexer (the kept categories; the rest, and unseen ones, are <other>) -> one-hot -> vector assembler ->
+standard scaler (each as configured); the result becomes the `features` column as a float32 array. Inputs
+that arrive as one numeric vector (digits, images, synthetic) need no pipeline and pass through unchanged.
+Every step is a stage of the saved PipelineModel, so scoring repeats it exactly.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+from dataclasses import dataclass
 from typing import Any
 
 from sparkml_par.config import ColumnSpec, FeaturizeConfig
@@ -41,17 +43,25 @@ def plain_names(names: list[str]) -> dict[str, str]:
     return {name: f"{_PLAIN_PREFIX}{i}" for i, name in enumerate(names)}
 
 
-def fit_feature_pipeline(train_df, specs: list[ColumnSpec], cfg: FeaturizeConfig):
-    """Fits the configured stages on the train split (never on validation or test rows)."""
-    from pyspark.ml import Pipeline
-    from pyspark.ml.feature import (
-        Imputer,
-        OneHotEncoder,
-        SQLTransformer,
-        StandardScaler,
-        StringIndexer,
-        VectorAssembler,
-    )
+@dataclass
+class FittedPipeline:
+    """The fitted feature pipeline and, per text feature, its distinct values in train and how many it keeps."""
+
+    model: Any
+    categories: dict[str, dict[str, int]]
+
+
+def fit_feature_pipeline(train_df, specs: list[ColumnSpec], cfg: FeaturizeConfig) -> FittedPipeline:
+    """Builds the configured stages from statistics of the train split (never of validation or test rows).
+
+    Fitting stage by stage reads the train rows once per estimator; here one aggregate gives every number
+    column's count, mean, variance and median and one grouped count gives every text column's categories, and
+    the stages are made from them: the string indexer from its labels, the one-hot encoder from the indexer's
+    column metadata, and the imputer and the standard scaler (Spark ML makes these only by fitting) fitted on
+    one and two rows that hold exactly the train split's values and moments.
+    """
+    from pyspark.ml import PipelineModel
+    from pyspark.ml.feature import OneHotEncoder, SQLTransformer, StringIndexerModel, VectorAssembler
 
     vectors = [s.name for s in specs if s.type == "vector"]
     if vectors:
@@ -67,67 +77,185 @@ def fit_feature_pipeline(train_df, specs: list[ColumnSpec], cfg: FeaturizeConfig
         else:
             copies.append(f"{quoted(s.name)} AS {plain[s.name]}")
     selected = copies + [f"CAST({value} AS DOUBLE) AS {name}" for value, name in parts]
-    stages: list[Any] = [SQLTransformer(statement=f"SELECT *, {', '.join(selected)} FROM __THIS__")]
+    copy = SQLTransformer(statement=f"SELECT *, {', '.join(selected)} FROM __THIS__")
+    train = copy.transform(train_df)
     numeric = [plain[s.name] for s in specs if s.type in NUMERIC_TYPES] + [name for _, name in parts]
     strings = [plain[s.name] for s in specs if s.type == "string"]
+    raw = {plain_name: name for name, plain_name in plain.items()}
+    numbers = _number_statistics(train, numeric, cfg)
+    counted = _category_counts(train, strings)
+
+    stages: list[Any] = [copy]
+    moments: list[tuple[float, float]] = []
     assembled = []
     if numeric and cfg.impute != "none":
         imputed = [f"{n}__imputed" for n in numeric]
-        stages.append(Imputer(inputCols=numeric, outputCols=imputed, strategy=cfg.impute))
+        stages.append(_imputer(train_df.sparkSession, numeric, imputed, numbers, cfg, raw))
         assembled += imputed
     else:
         assembled += numeric
+    moments += [_filled_moments(numbers.rows, *numbers.columns[n]) for n in numeric]
+    categories = {}
     if strings:
         indexed = [f"{s}__index" for s in strings]
-        # Most frequent first; "keep" gives categories unseen in training (or at scoring time) their own index.
-        stages.append(
-            StringIndexer(inputCols=strings, outputCols=indexed, handleInvalid="keep", stringOrderType="frequencyDesc")
-        )
-        if cfg.max_categories:
-            # Index K and above (the rarer categories, and unseen ones) is one category, <other>.
-            capped = [f"{s}__capped" for s in strings]
-            least = [f"LEAST({quoted(i)}, {float(cfg.max_categories)}) AS {quoted(c)}" for i, c in zip(indexed, capped)]
-            stages.append(SQLTransformer(statement=f"SELECT *, {', '.join(least)} FROM __THIS__"))
-            indexed = capped
+        kept_labels = []
+        for name in strings:
+            labels = counted[name]
+            kept = labels[: cfg.max_categories] if cfg.max_categories else labels
+            kept_labels.append([label for label, _ in kept])
+            categories[raw[name]] = {"distinct": len(labels), "kept": len(kept)}
+            counts = [n for _, n in kept] + [numbers.rows - sum(n for _, n in kept)]  # the last: <other>, unseen
+            moments += _one_hot_moments(numbers.rows, counts) if cfg.one_hot else [_index_moments(numbers.rows, counts)]
+        # Most frequent first; a category outside the kept ones (rarer, or unseen in training or at scoring
+        # time) takes the index after them, <other>. One indexer per column: pyspark passes the labels of
+        # several as one rectangular array, padding the shorter lists with nulls.
+        indexers = [
+            StringIndexerModel.from_labels(labels, inputCol=name, outputCol=index, handleInvalid="keep")
+            for labels, name, index in zip(kept_labels, strings, indexed)
+        ]
+        stages += indexers
         if cfg.one_hot:
             encoded = [f"{s}__onehot" for s in strings]
-            # The capped index carries no ML attributes, so the encoder counts the categories in train; the
-            # last slot kept (dropLast=False) is the one an unseen category takes where nothing was capped.
-            stages.append(OneHotEncoder(inputCols=indexed, outputCols=encoded, handleInvalid="keep", dropLast=False))
+            # The indexers' metadata gives each column's categories, <other> the last: no pass over the rows.
+            encoder = OneHotEncoder(inputCols=indexed, outputCols=encoded, handleInvalid="error", dropLast=False)
+            stages.append(encoder.fit(PipelineModel(stages=indexers).transform(train)))
             assembled += encoded
         else:
             assembled += indexed
+        _warn_cut(categories, cfg.max_categories)
     stages.append(VectorAssembler(inputCols=assembled, outputCol=_VECTOR))
     if cfg.scale:
-        stages.append(StandardScaler(inputCol=_VECTOR, outputCol=_SCALED, withMean=True, withStd=True))
-    return Pipeline(stages=stages).fit(train_df)
+        stages.append(_scaler(train_df.sparkSession, moments))
+    return FittedPipeline(PipelineModel(stages=stages), categories)
 
 
-def category_counts(model, specs: list[ColumnSpec], max_categories: int) -> dict[str, dict[str, int]]:
-    """Per text feature, its distinct values in train and how many the pipeline keeps (the rest are <other>);
-    a warning for each column that was cut."""
-    from pyspark.ml.feature import StringIndexerModel
+@dataclass
+class _NumberStatistics:
+    """Train rows, and per number column: (count of values, mean, sample variance, the value that fills a gap)."""
 
-    strings = [s.name for s in specs if s.type == "string"]
-    indexers = [stage for stage in model.stages if isinstance(stage, StringIndexerModel)]
-    if not strings or not indexers:
+    rows: int
+    columns: dict[str, tuple[int, float | None, float | None, float | None]]
+
+
+# Imputer's default relative error for its approximate median (1 / 0.001).
+_MEDIAN_ACCURACY = 1000
+
+
+def _number_statistics(train, numeric: list[str], cfg: FeaturizeConfig) -> _NumberStatistics:
+    """One aggregate over the train rows: their count and each number column's count, mean, variance and,
+    for median imputation, approximate median."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import IntegralType
+
+    aggregates = [F.count(F.lit(1)).alias("rows")]
+    for i, name in enumerate(numeric):
+        value = F.col(name)
+        aggregates += [F.count(value).alias(f"n{i}"), F.avg(value).alias(f"mean{i}")]
+        aggregates.append(F.var_samp(value).alias(f"var{i}"))
+        if cfg.impute == "median":
+            aggregates.append(F.percentile_approx(value, 0.5, _MEDIAN_ACCURACY).alias(f"median{i}"))
+    row = train.agg(*aggregates).first()
+    if row["rows"] == 0:
+        raise SparkmlParError(
+            "data.split: the train split has no clean rows to fit the feature pipeline on; raise data.split.train"
+        )
+    columns = {}
+    for i, name in enumerate(numeric):
+        mean = row[f"mean{i}"]
+        fill = row[f"median{i}"] if cfg.impute == "median" else mean if cfg.impute == "mean" else None
+        if fill is not None and isinstance(train.schema[name].dataType, IntegralType):
+            fill = int(fill)  # Spark's imputer fills an integer column with its statistic cast to the column's type
+        columns[name] = (row[f"n{i}"], mean, row[f"var{i}"], fill)
+    return _NumberStatistics(row["rows"], columns)
+
+
+def _category_counts(train, strings: list[str]) -> dict[str, list[tuple[str, int]]]:
+    """Each text column's values in train with their rows, most frequent first (ties in text order, as
+    Spark's StringIndexer orders them): one grouped count over all the columns (GROUPING SETS)."""
+    if not strings:
         return {}
-    counts = {}
-    for name, labels in zip(strings, indexers[0].labelsArray):
-        kept = min(len(labels), max_categories) if max_categories else len(labels)
-        counts[name] = {"distinct": len(labels), "kept": kept}
-        if kept < len(labels):
+    sets = ", ".join(f"({name})" for name in strings)
+    flags = ", ".join(f"grouping({name})" for name in strings)
+    query = f"SELECT {', '.join(strings)}, {flags}, count(1) FROM {{train}} GROUP BY GROUPING SETS ({sets})"
+    counted: dict[str, list[tuple[str, int]]] = {name: [] for name in strings}
+    for row in train.sparkSession.sql(query, train=train.select(*strings)).collect():
+        i = list(row[len(strings) : 2 * len(strings)]).index(0)  # the column this row counts a value of
+        if row[i] is not None:  # as StringIndexer, no category for a missing value
+            counted[strings[i]].append((row[i], row[-1]))
+    return {name: sorted(values, key=lambda v: (-v[1], v[0])) for name, values in counted.items()}
+
+
+def _imputer(spark, numeric: list[str], imputed: list[str], numbers: _NumberStatistics, cfg, raw: dict[str, str]):
+    """The imputer of the train split's medians (or means), fitted on one row of them."""
+    from pyspark.ml.feature import Imputer
+    from pyspark.sql.types import DoubleType, StructField, StructType
+
+    fills = []
+    for name in numeric:
+        fill = numbers.columns[name][3]
+        if fill is None:
+            shown = raw.get(name.split("__")[0], name)
+            raise SparkmlParError(
+                f"data.features {shown!r}: every value is missing in the train split, so there is no "
+                f"{cfg.impute} to impute; leave the column out of data.features or fill it in the input"
+            )
+        fills.append(float(fill))
+    row = spark.createDataFrame([tuple(fills)], StructType([StructField(n, DoubleType()) for n in numeric]))
+    return Imputer(inputCols=numeric, outputCols=imputed, strategy=cfg.impute).fit(row)
+
+
+def _filled_moments(rows: int, values: int, mean, variance, fill) -> tuple[float, float]:
+    """(mean, sample variance) of a column over all `rows` once its missing values hold `fill` (none are
+    missing without imputation): the values' moments combined with those of the filled gap."""
+    mean = float(mean or 0.0)
+    m2 = float(variance or 0.0) * max(values - 1, 0)
+    gap = rows - values
+    if gap and fill is not None:
+        m2 += (float(fill) - mean) ** 2 * values * gap / rows
+        mean = (values * mean + gap * float(fill)) / rows
+    return mean, m2 / (rows - 1) if rows > 1 else 0.0
+
+
+def _one_hot_moments(rows: int, counts: list[int]) -> list[tuple[float, float]]:
+    """(mean, sample variance) of each one-hot slot whose category holds counts[j] of `rows` rows."""
+    return [(c / rows, (c - c * c / rows) / (rows - 1) if rows > 1 else 0.0) for c in counts]
+
+
+def _index_moments(rows: int, counts: list[int]) -> tuple[float, float]:
+    """(mean, sample variance) of a category index j that counts[j] rows hold."""
+    mean = sum(j * c for j, c in enumerate(counts)) / rows
+    m2 = sum(c * (j - mean) ** 2 for j, c in enumerate(counts))
+    return mean, m2 / (rows - 1) if rows > 1 else 0.0
+
+
+def _scaler(spark, moments: list[tuple[float, float]]):
+    """The standard scaler of these (mean, sample variance) per assembled feature, fitted on the two rows
+    mean -/+ std / sqrt(2), whose mean and sample standard deviation they are."""
+    from pyspark.ml.feature import StandardScaler
+    from pyspark.ml.linalg import Vectors
+
+    half = [math.sqrt(variance / 2) for _, variance in moments]
+    rows = [
+        (Vectors.dense([m - h for (m, _), h in zip(moments, half)]),),
+        (Vectors.dense([m + h for (m, _), h in zip(moments, half)]),),
+    ]
+    scaler = StandardScaler(inputCol=_VECTOR, outputCol=_SCALED, withMean=True, withStd=True)
+    return scaler.fit(spark.createDataFrame(rows, [_VECTOR]))
+
+
+def _warn_cut(categories: dict[str, dict[str, int]], max_categories: int) -> None:
+    for name, counted in categories.items():
+        if counted["kept"] < counted["distinct"]:
             log.warning(
                 "data.features %r: %d distinct values in train, the %d most frequent kept as categories and the "
                 "other %d read as %s (featurize.max_categories=%d; 0 keeps all)",
                 name,
-                len(labels),
-                kept,
-                len(labels) - kept,
+                counted["distinct"],
+                counted["kept"],
+                counted["distinct"] - counted["kept"],
                 OTHER_CATEGORY,
                 max_categories,
             )
-    return counts
 
 
 def transform(model, df):

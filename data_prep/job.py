@@ -175,7 +175,8 @@ def _build_validated(
 
         steps.begin("featurize")
         label_scale = _label_scale(clean, cfg) if cfg.task == "regression" else None
-        model = _fit_pipeline(clean, v, cfg)
+        fitted = _fit_pipeline(clean, v, cfg)
+        model = fitted.model if fitted is not None else None
         if model is not None:  # Spark ML saves with a small Spark job per stage: they run beside the writes
             url = f"{staging}/{FEATURE_PIPELINE_DIR}"
             beside.append(steps.beside("save pipeline", lambda: model.write().save(url)))
@@ -234,9 +235,7 @@ def _build_validated(
         MANIFEST_FEATURE_PIPELINE: FEATURE_PIPELINE_DIR if model is not None else None,
         MANIFEST_RAW_COLUMNS: [s.name for s in v.features],
         MANIFEST_RAW_TYPES: {s.name: s.type for s in v.features},
-        MANIFEST_CATEGORIES: featurize.category_counts(model, v.features, cfg.featurize.max_categories)
-        if model is not None
-        else {},
+        MANIFEST_CATEGORIES: fitted.categories if fitted is not None else {},
         MANIFEST_LEFT_OUT: v.left_out,
         # The data config with the feature columns as validated: scoring reads raw rows by the same rules.
         MANIFEST_DATA_CONFIG: dataclasses.asdict(dataclasses.replace(cfg, features=v.features)),
@@ -332,7 +331,7 @@ def _label_scale(clean, cfg: DataConfig) -> dict[str, float] | None:
     return {"mean": float(row["mean"]), "std": float(row["std"]) if row["std"] else 1.0}
 
 
-def _fit_pipeline(clean, v: Validated, cfg: DataConfig):
+def _fit_pipeline(clean, v: Validated, cfg: DataConfig) -> featurize.FittedPipeline | None:
     """The feature pipeline fitted on the train split, or None when the input is one vector."""
     from pyspark.sql import functions as F
 

@@ -1,0 +1,79 @@
+"""The feature pipeline built from the train split's statistics transforms rows as Spark ML's pipeline
+fitted stage by stage does."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from data_prep import featurize
+from sparkml_par.config import ColumnSpec, FeaturizeConfig
+
+SPECS = [ColumnSpec("distance", "float"), ColumnSpec("delay", "int"), ColumnSpec("carrier", "string")]
+TRAIN = [
+    (1.0, 3, "UA"),
+    (None, 7, "AA"),
+    (2.5, None, "UA"),
+    (4.0, 1, "DL"),
+    (None, 2, "AA"),
+    (10.0, 9, "B6"),  # B6 and DL tie: text order decides, as StringIndexer's frequencyDesc does
+    (7.5, 4, "UA"),
+]
+# Scored rows: a category unseen in train, and missing numbers.
+SCORED = TRAIN + [(3.0, None, "WN"), (None, None, "DL")]
+
+
+def _stage_by_stage(train, config: FeaturizeConfig):
+    """Spark ML's own Pipeline, fitted estimator by estimator on the same plain columns."""
+    from pyspark.ml import Pipeline
+    from pyspark.ml.feature import Imputer, OneHotEncoder, StandardScaler, StringIndexer, VectorAssembler
+
+    stages = [
+        Imputer(inputCols=["distance", "delay"], outputCols=["d_i", "t_i"], strategy=config.impute),
+        StringIndexer(inputCol="carrier", outputCol="c_ix", handleInvalid="keep", stringOrderType="frequencyDesc"),
+        # The indexer's "keep" already gives unseen categories a slot of their own, the last.
+        OneHotEncoder(inputCols=["c_ix"], outputCols=["c_oh"], handleInvalid="error", dropLast=False),
+        VectorAssembler(inputCols=["d_i", "t_i", "c_oh"], outputCol="v"),
+        StandardScaler(inputCol="v", outputCol="scaled", withMean=True, withStd=True),
+    ]
+    return Pipeline(stages=stages).fit(train)
+
+
+@pytest.mark.parametrize("impute", ["median", "mean"])
+def test_pipeline_from_statistics_equals_the_fitted_spark_ml_pipeline(spark, impute):
+    from pyspark.ml.functions import vector_to_array
+
+    schema = "distance double, delay int, carrier string"
+    train = spark.createDataFrame(TRAIN, schema)
+    scored = spark.createDataFrame(SCORED, schema)
+    config = FeaturizeConfig(impute=impute, max_categories=0)
+
+    fitted = featurize.fit_feature_pipeline(train, SPECS, config)
+    ours, size = featurize.transform(fitted.model, scored)
+    reference = _stage_by_stage(train, config).transform(scored).select(vector_to_array("scaled").alias("f"))
+
+    got = np.array([row[featurize.FEATURES] for row in ours.collect()], dtype=np.float64)
+    want = np.array([row["f"] for row in reference.collect()])
+    assert size == 2 + 4 + 1 == want.shape[1]  # two numbers, four carriers and <other>
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)  # float32 features
+    assert fitted.categories == {"carrier": {"distinct": 4, "kept": 4}}
+
+
+def test_categories_past_the_cap_and_unseen_ones_share_other(spark):
+    train = spark.createDataFrame(TRAIN, "distance double, delay int, carrier string")
+    fitted = featurize.fit_feature_pipeline(
+        train, SPECS, FeaturizeConfig(impute="median", max_categories=2, scale=False)
+    )
+    scored = spark.createDataFrame([(1.0, 1, "DL"), (1.0, 1, "WN"), (1.0, 1, "UA"), (1.0, 1, "AA")], train.schema)
+    rows = [row[featurize.FEATURES][2:] for row in featurize.transform(fitted.model, scored)[0].collect()]
+    # UA (3 rows) and AA (2) are kept; DL and the unseen WN are <other>.
+    assert rows == [[0.0, 0.0, 1.0], [0.0, 0.0, 1.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]
+    assert fitted.categories == {"carrier": {"distinct": 4, "kept": 2}}
+
+
+def test_a_number_column_with_no_value_in_train_is_named(spark):
+    from sparkml_par.errors import SparkmlParError
+
+    train = spark.createDataFrame([(None, 1, "UA"), (None, 2, "AA")], "distance double, delay int, carrier string")
+    with pytest.raises(SparkmlParError, match="'distance': every value is missing in the train split"):
+        featurize.fit_feature_pipeline(train, SPECS, FeaturizeConfig(impute="median"))
