@@ -18,7 +18,7 @@ from data_prep.ingest import Ingested, ingest, input_fingerprint, reading_raw_ro
 from data_prep.profile import class_warnings, count_duplicates, drop_duplicates, profile
 from data_prep.split import assign_splits, make_row_ids_unique
 from data_prep.validate import Validated, check_reject_fraction, validate
-from data_prep.write import write_split
+from data_prep.write import write_splits
 from sparkml_par import storage
 from sparkml_par.config import Config, DataConfig
 from sparkml_par.contract import (
@@ -185,27 +185,25 @@ def _build_validated(
 
         # The split key stays in the dataset, so scoring can name it as score.id_column.
         key = [cfg.split.key] if cfg.split.key and cfg.split.key != cfg.label else []
-        columns = [F.col(ROW_ID), F.col(FEATURES), column(cfg.label), *[column(k) for k in key]]
-        splits = {}
-        for name in SPLITS:
-            rows = counts.splits.get(name, 0)
-            if rows == 0 and getattr(cfg.split, name) == 0:
-                continue
-            steps.begin(f"write {name}")
-            part = featurized.where(F.col(SPLIT) == name).select(*columns)
-            info = write_split(
-                spark,
-                part,
-                f"{staging}/{name}",
-                rows,
-                shapes={FEATURES: (size,)},
-                row_group_mb=cfg.row_group_size_mb,
-                max_shards=cfg.max_shards,
-                split=name,
-                partition_rows=counts.partitions.get(name),
-            )
-            splits[name] = {"path": name, **info}
-            steps.done(f"write {name}", rows)
+        columns = [F.col(ROW_ID), F.col(FEATURES), column(cfg.label), *[column(k) for k in key], F.col(SPLIT)]
+        rows = {
+            name: counts.splits.get(name, 0)
+            for name in SPLITS
+            if counts.splits.get(name, 0) or getattr(cfg.split, name) != 0
+        }
+        steps.begin("write splits")
+        splits = write_splits(
+            spark,
+            featurized.select(*columns),
+            {name: f"{staging}/{name}" for name in rows},
+            rows,
+            shapes={FEATURES: (size,)},
+            row_group_mb=cfg.row_group_size_mb,
+            max_shards=cfg.max_shards,
+            partition_rows=counts.partitions,
+        )
+        splits = {name: {"path": name, **info} for name, info in splits.items()}
+        steps.done("write splits", sum(rows.values()))
         for job in beside:
             job.result()
     finally:

@@ -1,4 +1,4 @@
-"""Writing one split as a petastorm dataset: the only module that imports petastorm.
+"""Writing the splits as petastorm datasets: the only module that imports petastorm.
 
 Spark hands each write task its partition as Arrow batches and the task writes them with pyarrow:
 no column goes through a petastorm codec (about a tenth of a plain Parquet write, measured) and no
@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from sparkml_par.contract import SPLIT
 from sparkml_par.errors import SparkmlParError
 
 log = logging.getLogger(__name__)
@@ -135,34 +136,82 @@ def write_split(
     row_group_mb: float,
     max_shards: int,
     split: str = "split",
-    partition_rows: dict[int, int] | None = None,
 ) -> dict[str, Any]:
-    """Writes df (rows known) as a petastorm dataset at url; returns rows, row groups and rows per file.
+    """Writes df (rows known) as one petastorm dataset at url; returns rows, row groups and rows per file."""
+    from pyspark.sql import functions as F
 
-    partition_rows: df's rows per Spark partition where the caller counted them (prepare counts every
-    split's partitions in one aggregate); otherwise they are counted here.
+    tagged = df.withColumn(SPLIT, F.lit(split))
+    return write_splits(
+        spark, tagged, {split: url}, {split: rows}, shapes=shapes, row_group_mb=row_group_mb, max_shards=max_shards
+    )[split]
+
+
+def write_splits(
+    spark,
+    df,
+    urls: dict[str, str],
+    rows: dict[str, int],
+    *,
+    shapes: dict[str, tuple[int, ...]],
+    row_group_mb: float,
+    max_shards: int,
+    partition_rows: dict[str, dict[int, int]] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Writes each split of df (named in its SPLIT column, its rows known) as a petastorm dataset at
+    urls[split]; returns each one's rows, row groups and rows per file.
+
+    The splits are written by one Spark job, each task writing its partition's rows of every split, so the
+    rows are read once. A split with a partition too small for one row per shard is written on its own,
+    from one task. partition_rows: each split's rows per Spark partition where the caller counted them
+    (prepare counts them in one aggregate); otherwise they are counted here.
     """
-    if rows < max_shards:
-        raise SparkmlParError(
-            f"the {split} split has {rows} rows, fewer than data.max_shards={max_shards} (every shard needs at "
-            f"least one row group of one row); lower data.max_shards or give the {split} split more rows"
-        )
-    fs, root = _filesystem(url)
-    target_rows = max(1, int(row_group_mb * MIB // max(estimate_row_bytes(df.schema, shapes), 1)))
+    from pyspark.sql import functions as F
+
+    for split, n in rows.items():
+        if n < max_shards:
+            raise SparkmlParError(
+                f"the {split} split has {n} rows, fewer than data.max_shards={max_shards} (every shard needs at "
+                f"least one row group of one row); lower data.max_shards or give the {split} split more rows"
+            )
+    roots = [_filesystem(url) for url in urls.values()]
+    data = df.drop(SPLIT)
+    target_rows = max(1, int(row_group_mb * MIB // max(estimate_row_bytes(data.schema, shapes), 1)))
     source, counts = _partitions(spark, df, rows, target_rows, max_shards, partition_rows)
-    plan = plan_row_groups(counts, target_rows, max_shards)
-    sizes = {partition: group_sizes(counts[partition], groups) for partition, groups in plan.items()}
-    log.info("%s: %d rows -> %d files of one row group from %d tasks", split, rows, sum(plan.values()), len(plan))
-    schema = unischema_from_spark(f"sparkml_par_{split}", df.schema, shapes)
-    fs.create_dir(root, recursive=True)
-    written = source.mapInArrow(_partition_writer(url, sizes), "file string, rows long").collect()
+    alone = [split for split in rows if any(n < max_shards for n in counts[split].values())]
+    together = {split: counts[split] for split in rows if split not in alone}
+    jobs = [(source.where(~F.col(SPLIT).isin(alone)) if alone else source, together)] if together else []
+    jobs += [(source.where(F.col(SPLIT) == split).coalesce(1), {split: {0: rows[split]}}) for split in alone]
+    for fs, root in roots:
+        fs.create_dir(root, recursive=True)
+    planned: dict[str, int] = {}
+    for part, part_counts in jobs:
+        sizes = {}
+        for split, per_partition in part_counts.items():
+            plan = plan_row_groups(per_partition, target_rows, max_shards)
+            sizes[split] = {partition: group_sizes(per_partition[partition], n) for partition, n in plan.items()}
+            planned[split] = sum(plan.values())
+            log.info(
+                "%s: %d rows -> %d files of one row group from %d tasks", split, rows[split], planned[split], len(plan)
+            )
+        part.mapInArrow(_partition_writer({split: urls[split] for split in sizes}, sizes), "file string").collect()
+    return {
+        split: _finish(
+            url, rows[split], planned[split], unischema_from_spark(f"sparkml_par_{split}", data.schema, shapes), split
+        )
+        for split, url in urls.items()
+    }
+
+
+def _finish(url: str, rows: int, planned: int, schema, split: str) -> dict[str, Any]:
+    """Checks a written split against its plan and adds petastorm's metadata."""
+    fs, root = _filesystem(url)
     _remove_unfinished(fs, root)
     files = read_file_counts(url)
     groups = sum(n for _, n in files.values())
-    if groups != len(written) or sum(n for n, _ in files.values()) != rows or groups != sum(plan.values()):
+    if sum(n for n, _ in files.values()) != rows or groups != planned or groups != len(files):
         raise SparkmlParError(
             f"the {split} split was written as {groups} row groups / {sum(n for n, _ in files.values())} rows "
-            f"instead of {sum(plan.values())} / {rows}; is something else writing to {url}?"
+            f"instead of {planned} / {rows}; is something else writing to {url}?"
         )
     _add_petastorm_metadata(url, schema, {name: n for name, (_, n) in files.items()})
     return {"rows": rows, "row_groups": groups, "files": {path: n for path, (n, _) in files.items()}}
@@ -210,8 +259,8 @@ def _filesystem(url: str):
         ) from None
 
 
-def _partitions(spark, df, rows: int, target_rows: int, max_shards: int, counted: dict[int, int] | None):
-    """df with partitions big enough to cut into max_shards groups each, and the rows in each partition.
+def _partitions(spark, df, rows: dict[str, int], target_rows: int, max_shards: int, counted):
+    """df with no more partitions than its rows need, and each split's rows per partition.
 
     coalesce merges neighbouring partitions without a shuffle; the partitions of a coalesced df (or of
     one whose rows the caller did not count) are counted by one aggregate in the JVM. The data_prep job
@@ -219,25 +268,27 @@ def _partitions(spark, df, rows: int, target_rows: int, max_shards: int, counted
     """
     from pyspark.sql import functions as F
 
-    wanted = max(spark.sparkContext.defaultParallelism, rows // (target_rows * max_shards), 1)
+    wanted = max(spark.sparkContext.defaultParallelism, sum(rows.values()) // (target_rows * max_shards), 1)
     if df.rdd.getNumPartitions() > wanted:
         df = df.coalesce(wanted)
         counted = None
-    counts = counted or {r[0]: r[1] for r in df.groupBy(F.spark_partition_id()).count().collect()}
-    if any(n < max_shards for n in counts.values()):
-        # A partition too small for one row per shard: write everything from one task instead.
-        df = df.coalesce(1)
-        counts = {0: rows}
-    if sum(counts.values()) != rows:
-        raise SparkmlParError(
-            f"the split was counted as {rows} rows but its partitions hold "
-            f"{sum(counts.values())}; is the input changing while it is being prepared?"
-        )
+    if counted is None:
+        counted = {}
+        for split, partition, n in df.groupBy(SPLIT, F.spark_partition_id()).count().collect():
+            counted.setdefault(split, {})[partition] = n
+    counts = {split: {p: n for p, n in counted.get(split, {}).items() if n} for split in rows}
+    for split, n in rows.items():
+        if sum(counts[split].values()) != n:
+            raise SparkmlParError(
+                f"the {split} split was counted as {n} rows but its partitions hold "
+                f"{sum(counts[split].values())}; is the input changing while it is being prepared?"
+            )
     return df, counts
 
 
-def _partition_writer(url: str, sizes: dict[int, list[int]]):
-    """The function each write task runs: its partition's rows, cut into the planned one-row-group files.
+def _partition_writer(urls: dict[str, str], sizes: dict[str, dict[int, list[int]]]):
+    """The function each write task runs: its partition's rows of each split, cut into the planned
+    one-row-group files of that split.
 
     Each file is written under a hidden name unique to the task attempt and renamed when complete, so a
     failed or speculative attempt never leaves a partial file under a dataset name.
@@ -245,43 +296,60 @@ def _partition_writer(url: str, sizes: dict[int, list[int]]):
 
     def write(batches):
         import pyarrow as pa
-        import pyarrow.parquet as pq
+        import pyarrow.compute as pc
         from pyspark import TaskContext
 
         from sparkml_par.python_worker import prepare_worker
 
         prepare_worker()
         task = TaskContext.get()
-        partition = task.partitionId()
-        planned = sizes.get(partition, [])
-        fs, root = _filesystem(url)
-        pending, buffered = [], 0
-
-        def write_group(index: int, size: int):
-            nonlocal pending, buffered
-            table = pa.Table.from_batches(pending).combine_chunks()
-            name = f"part-{partition:05d}-{index:05d}.parquet"
-            temporary = f"{root}/.{name}.{task.taskAttemptId()}.tmp"
-            pq.write_table(table.slice(0, size), temporary, filesystem=fs, row_group_size=size)
-            fs.move(temporary, f"{root}/{name}")
-            rest = table.slice(size)
-            pending, buffered = rest.to_batches(), rest.num_rows
-            return pa.RecordBatch.from_pydict({"file": [name], "rows": [size]})
-
-        index = 0
+        writers = {split: _FileCutter(urls[split], sizes[split].get(task.partitionId(), []), task) for split in sizes}
         for batch in batches:
-            pending.append(batch)
-            buffered += batch.num_rows
-            while index < len(planned) and buffered >= planned[index]:
-                yield write_group(index, planned[index])
-                index += 1
-        if index != len(planned) or buffered:
-            raise SparkmlParError(
-                f"partition {partition} of {url} held {sum(planned[:index]) + buffered} rows, not the "
-                f"{sum(planned)} counted before writing; is the input changing while it is being prepared?"
-            )
+            table = pa.Table.from_batches([batch])
+            for split, writer in writers.items():
+                yield from writer.add(table.filter(pc.equal(table[SPLIT], split)).drop_columns([SPLIT]))
+        for writer in writers.values():
+            writer.check_complete()
 
     return write
+
+
+class _FileCutter:
+    """One task's rows of one split, written as they arrive into its planned files of one row group each."""
+
+    def __init__(self, url: str, planned: list[int], task):
+        self.url, self.planned, self.task = url, planned, task
+        self.fs, self.root = _filesystem(url)
+        self.pending: list = []
+        self.buffered = 0
+        self.index = 0
+
+    def add(self, table):
+        """Buffers table's rows and writes each planned file they complete; yields a record of each."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        self.pending.append(table)
+        self.buffered += table.num_rows
+        while self.index < len(self.planned) and self.buffered >= self.planned[self.index]:
+            size = self.planned[self.index]
+            rows = pa.concat_tables(self.pending).combine_chunks()
+            name = f"part-{self.task.partitionId():05d}-{self.index:05d}.parquet"
+            temporary = f"{self.root}/.{name}.{self.task.taskAttemptId()}.tmp"
+            pq.write_table(rows.slice(0, size), temporary, filesystem=self.fs, row_group_size=size)
+            self.fs.move(temporary, f"{self.root}/{name}")
+            rest = rows.slice(size)
+            self.pending, self.buffered = [rest], rest.num_rows
+            self.index += 1
+            yield pa.RecordBatch.from_pydict({"file": [f"{self.url}/{name}"]})
+
+    def check_complete(self) -> None:
+        held = sum(self.planned[: self.index]) + self.buffered
+        if self.index != len(self.planned) or self.buffered:
+            raise SparkmlParError(
+                f"partition {self.task.partitionId()} of {self.url} held {held} rows, not the {sum(self.planned)} "
+                f"counted before writing; is the input changing while it is being prepared?"
+            )
 
 
 def _remove_unfinished(fs, root: str) -> None:

@@ -8,7 +8,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from data_prep.write import group_sizes, plan_row_groups, write_split
+from data_prep.write import group_sizes, plan_row_groups, write_split, write_splits
+from sparkml_par.contract import SPLIT
 from sparkml_par.errors import SparkmlParError
 
 ROWS, DIMS = 1000, 5
@@ -173,6 +174,31 @@ def test_large_split_from_many_partitions_gives_every_shard_an_equal_share(spark
     for shards in (2, 3, 6):
         shard_rows = [sum(sizes[s::shards]) for s in range(shards)]
         assert max(shard_rows) - min(shard_rows) <= len(sizes) // shards
+
+
+def test_splits_are_written_together_and_one_with_a_partition_too_small_alone(spark, tmp_path):
+    """train and validation from one job over the three partitions; test, 3 of whose 10 rows are in one
+    partition (fewer than 4 shards), from one task of its own. Every row lands in its split's dataset once."""
+    from pyspark.sql import functions as F
+
+    df = spark.range(0, 1000, 1, numPartitions=3).select(
+        F.col("id").alias("_row_id"),
+        (F.col("id") % 2).alias("label"),
+        F.when(F.col("id") % 100 == 0, "test")
+        .when(F.col("id") % 10 == 1, "validation")
+        .otherwise("train")
+        .alias(SPLIT),
+    )
+    rows = {"train": 890, "validation": 100, "test": 10}
+    urls = {split: "file://" + str(tmp_path / split) for split in rows}
+    info = write_splits(spark, df, urls, rows, shapes={}, row_group_mb=0.001, max_shards=4)
+    assert {split: i["rows"] for split, i in info.items()} == rows
+    assert info["test"]["row_groups"] == 4 and all(name.startswith("part-00000-") for name in info["test"]["files"])
+    assert info["train"]["row_groups"] % 4 == 0 and info["train"]["row_groups"] > 4
+    for split, url in urls.items():
+        ids = sorted(r[0] for r in spark.read.parquet(url).select("_row_id").collect())
+        assert ids == sorted(r[0] for r in df.where(F.col(SPLIT) == split).select("_row_id").collect())
+        assert sorted(info[split]["files"]) == sorted(p.name for p in (tmp_path / split).glob("part-*.parquet"))
 
 
 def test_an_unwritable_scheme_names_the_output_and_the_fix(spark):
