@@ -57,8 +57,8 @@ def fit_feature_pipeline(train_df, specs: list[ColumnSpec], cfg: FeaturizeConfig
     Fitting stage by stage reads the train rows once per estimator; here one aggregate gives every number
     column's count, mean, variance and median and one grouped count gives every text column's categories, and
     the stages are made from them: the string indexer from its labels, the one-hot encoder from the indexer's
-    column metadata, and the imputer and the standard scaler (Spark ML makes these only by fitting) fitted on
-    one and two rows that hold exactly the train split's values and moments.
+    column metadata, the imputer from its values and the standard scaler from the moments of the assembled
+    features (computed from those of each column and category).
     """
     from pyspark.ml import PipelineModel
     from pyspark.ml.feature import OneHotEncoder, SQLTransformer, StringIndexerModel, VectorAssembler
@@ -137,6 +137,11 @@ class _NumberStatistics:
     columns: dict[str, tuple[int, float | None, float | None, float | None]]
 
 
+# Spark ML's models, made from their values through their (package-private) constructors: pyspark makes
+# them only by fitting, a Spark job over rows that hold those values.
+_JAVA_IMPUTER = "org.apache.spark.ml.feature.ImputerModel"
+_JAVA_SCALER = "org.apache.spark.ml.feature.StandardScalerModel"
+
 # Imputer's default relative error for its approximate median (1 / 0.001).
 _MEDIAN_ACCURACY = 1000
 
@@ -186,8 +191,9 @@ def _category_counts(train, strings: list[str]) -> dict[str, list[tuple[str, int
 
 
 def _imputer(spark, numeric: list[str], imputed: list[str], numbers: _NumberStatistics, cfg, raw: dict[str, str]):
-    """The imputer of the train split's medians (or means), fitted on one row of them."""
-    from pyspark.ml.feature import Imputer
+    """The imputer of the train split's medians (or means): Spark ML's model made from its one row of them,
+    as its fit makes it, with no Spark job."""
+    from pyspark.ml.feature import ImputerModel
     from pyspark.sql.types import DoubleType, StructField, StructType
 
     fills = []
@@ -201,7 +207,10 @@ def _imputer(spark, numeric: list[str], imputed: list[str], numbers: _NumberStat
             )
         fills.append(float(fill))
     row = spark.createDataFrame([tuple(fills)], StructType([StructField(n, DoubleType()) for n in numeric]))
-    return Imputer(inputCols=numeric, outputCols=imputed, strategy=cfg.impute).fit(row)
+    model = ImputerModel._create_from_java_class(_JAVA_IMPUTER, _uid(spark, "imputer"), row._jdf)
+    model.setInputCols(numeric).setOutputCols(imputed)
+    model.set(model.strategy, cfg.impute)
+    return model
 
 
 def _filled_moments(rows: int, values: int, mean, variance, fill) -> tuple[float, float]:
@@ -229,18 +238,28 @@ def _index_moments(rows: int, counts: list[int]) -> tuple[float, float]:
 
 
 def _scaler(spark, moments: list[tuple[float, float]]):
-    """The standard scaler of these (mean, sample variance) per assembled feature, fitted on the two rows
-    mean -/+ std / sqrt(2), whose mean and sample standard deviation they are."""
-    from pyspark.ml.feature import StandardScaler
-    from pyspark.ml.linalg import Vectors
+    """The standard scaler of these (mean, sample variance) per assembled feature: Spark ML's model made
+    from them, as its fit makes it from the same moments, with no Spark job."""
+    from pyspark.ml.feature import StandardScalerModel
 
-    half = [math.sqrt(variance / 2) for _, variance in moments]
-    rows = [
-        (Vectors.dense([m - h for (m, _), h in zip(moments, half)]),),
-        (Vectors.dense([m + h for (m, _), h in zip(moments, half)]),),
-    ]
-    scaler = StandardScaler(inputCol=_VECTOR, outputCol=_SCALED, withMean=True, withStd=True)
-    return scaler.fit(spark.createDataFrame(rows, [_VECTOR]))
+    def vector(values: list[float]):
+        gateway = spark.sparkContext._gateway
+        array = gateway.new_array(gateway.jvm.double, len(values))
+        for i, value in enumerate(values):
+            array[i] = value
+        return gateway.jvm.org.apache.spark.ml.linalg.Vectors.dense(array)
+
+    std = vector([math.sqrt(variance) for _, variance in moments])
+    mean = vector([m for m, _ in moments])
+    model = StandardScalerModel._create_from_java_class(_JAVA_SCALER, _uid(spark, "stdScal"), std, mean)
+    model.setInputCol(_VECTOR).setOutputCol(_SCALED)
+    model.set(model.withMean, True)
+    model.set(model.withStd, True)
+    return model
+
+
+def _uid(spark, prefix: str) -> str:
+    return spark.sparkContext._jvm.org.apache.spark.ml.util.Identifiable.randomUID(prefix)
 
 
 def _warn_cut(categories: dict[str, dict[str, int]], max_categories: int) -> None:

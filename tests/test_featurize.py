@@ -41,6 +41,7 @@ def _stage_by_stage(train, config: FeaturizeConfig):
 
 @pytest.mark.parametrize("impute", ["median", "mean"])
 def test_pipeline_from_statistics_equals_the_fitted_spark_ml_pipeline(spark, impute):
+    from pyspark.ml.feature import ImputerModel
     from pyspark.ml.functions import vector_to_array
 
     schema = "distance double, delay int, carrier string"
@@ -57,6 +58,8 @@ def test_pipeline_from_statistics_equals_the_fitted_spark_ml_pipeline(spark, imp
     assert size == 2 + 4 + 1 == want.shape[1]  # two numbers, four carriers and <other>
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)  # float32 features
     assert fitted.categories == {"carrier": {"distinct": 4, "kept": 4}}
+    (imputer,) = [stage for stage in fitted.model.stages if isinstance(stage, ImputerModel)]
+    assert imputer.getStrategy() == impute  # the saved pipeline says how its gaps are filled
 
 
 def test_categories_past_the_cap_and_unseen_ones_share_other(spark):
