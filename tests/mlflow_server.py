@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -39,7 +42,9 @@ class MlflowServer:
             "1",
         ]
         self._log = open(self.root / "server.log", "wb")
-        self._process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT)
+        # Its own process group: `mlflow server` runs the server in a child (gunicorn on older MLflow), which
+        # terminating the CLI process alone leaves running.
+        self._process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 180
         while True:
             try:
@@ -57,11 +62,13 @@ class MlflowServer:
 
     def stop(self) -> None:
         if self._process.poll() is None:
-            self._process.terminate()
+            os.killpg(self._process.pid, signal.SIGTERM)
             try:
                 self._process.wait(30)
             except subprocess.TimeoutExpired:
-                self._process.kill()
+                os.killpg(self._process.pid, signal.SIGKILL)
                 self._process.wait()
+        with contextlib.suppress(ProcessLookupError):  # children the CLI left behind when it exited
+            os.killpg(self._process.pid, signal.SIGKILL)
         self._log.close()
         shutil.rmtree(self.root, ignore_errors=True)

@@ -316,9 +316,9 @@ def test_invalid_arguments_are_refused(spark):
         launch.Launcher(num_proc=2, mode="mpi")
 
 
-def _scenario(name: str) -> object:
+def _scenario(name: str, *args: str) -> object:
     done = subprocess.run(
-        [sys.executable, str(SCENARIOS), name],
+        [sys.executable, str(SCENARIOS), name, *args],
         capture_output=True,
         text=True,
         timeout=300,
@@ -338,13 +338,18 @@ def test_two_ranks_on_separate_executor_jvms():
 
 
 @pytest.mark.slow
-def test_each_rank_sees_exactly_its_fake_gpu():
-    results = _scenario("fake_gpus")
-    assert [r["rank"] for r in results] == [0, 1]
+@pytest.mark.parametrize("gpus", [2, 4])
+def test_each_rank_selects_its_own_gpu_with_every_gpu_visible(gpus):
+    """One executor, `gpus` GPUs (a fake discovery script), a rank per GPU: each rank's device is the GPU Spark
+    gave its task, none is masked (NCCL's peer-to-peer paths need every GPU visible), and local rank i holds
+    GPU i, as code written for `set_device(hvd.local_rank())` expects."""
+    results = _scenario("fake_gpus", str(gpus))
+    assert [r["rank"] for r in results] == list(range(gpus))
+    assert sorted(r["assigned"][0] for r in results) == [str(i) for i in range(gpus)]
     for r in results:
-        assert len(r["assigned"]) == 1
-        assert r["cuda_visible_devices"] == r["assigned"][0]
-    assert sorted(r["assigned"][0] for r in results) == ["0", "1"]
+        assert len(r["assigned"]) == 1 and r["devices"] == [int(r["assigned"][0])]
+        assert r["cuda_visible_devices"] is None
+        assert r["local_rank"] == int(r["assigned"][0])
 
 
 @pytest.mark.slow

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from sparkml_par.contract import PREDICTION, PROBABILITIES
+from sparkml_par.launch.gpus import device_indices
 from sparkml_par.train.artifact import load_model_artifact, publication
 
 _CACHE: dict[tuple[str, str, int], "Predictor"] = {}
@@ -86,5 +87,5 @@ def task_device() -> str:
     context = TaskContext.get()
     gpus = context.resources().get("gpu") if context is not None else None
     if gpus is not None and gpus.addresses:
-        return f"cuda:{gpus.addresses[0]}"
+        return f"cuda:{device_indices(tuple(gpus.addresses))[0]}"
     return "cuda:0"

@@ -11,6 +11,8 @@ one-partition shuffle: a rank process that dies makes Spark rerun the whole stag
 
 from __future__ import annotations
 
+import json
+
 from sparkml_par.launch.horovod_backend import resolve_ip
 from sparkml_par.launch.rank import RankSpec, run_rank
 from sparkml_par.launch.rank_plan import build_rank_plan
@@ -25,10 +27,12 @@ def barrier_task(spec: RankSpec):
 
         ctx = BarrierTaskContext.get()
         ips = [resolve_ip(info.address.rsplit(":", 1)[0]) for info in ctx.getTaskInfos()]
-        plan = build_rank_plan(ips)
         me = ctx.partitionId()
         resources = ctx.resources()
         gpus = tuple(resources["gpu"].addresses) if spec.use_gpu and "gpu" in resources else ()
+        # Every task's GPUs, so that local ranks follow the GPU addresses on each host.
+        task_gpus = [tuple(json.loads(m)) for m in ctx.allGather(json.dumps(gpus))] if spec.use_gpu else None
+        plan = build_rank_plan(ips, task_gpus)
         yield plan[me].rank, run_rank(spec, plan, me, ips[me], gpus, ctx.taskAttemptId())
 
     return task

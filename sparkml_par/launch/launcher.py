@@ -71,7 +71,7 @@ class Launcher:
                 _close(channel, progress)
 
         sc = _spark_context(self.spark)
-        slots = check_barrier_launch(sc, self.num_proc)
+        slots = check_barrier_launch(sc, self.num_proc, use_gpu=self.use_gpu)
         num_proc = self.num_proc or slots
         attempts = int(sc.getConf().get("spark.stage.maxConsecutiveAttempts", "4"))
         channel = DriverChannel(sc.getConf().get("spark.driver.host"), attempts)

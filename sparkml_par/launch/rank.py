@@ -1,6 +1,6 @@
 """What every rank runs around the user's function, whichever launcher started it.
 
-The rank sets its Horovod environment, binds its GPU, forwards its output to the driver, joins the
+The rank sets its Horovod environment, selects its GPU, forwards its output to the driver, joins the
 Gloo rendezvous, runs the function, and always shuts Horovod down and restores the process's
 environment afterwards: Spark reuses Python workers between stages.
 """
@@ -15,7 +15,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from sparkml_par.launch import horovod_backend
+from sparkml_par.launch import gpus, horovod_backend
 from sparkml_par.launch.channel import ForwardingStream, RankChannel
 from sparkml_par.launch.native_stderr import NativeStderr
 from sparkml_par.launch.rank_plan import RankSlot
@@ -54,6 +54,7 @@ class RankContext:
     slot: RankSlot
     channel: RankChannel
     gpu_addresses: tuple[str, ...]
+    gpu_devices: tuple[int, ...] = ()  # the CUDA device index of each address, in this process
 
     last_heartbeat: float = 0.0
 
@@ -104,8 +105,7 @@ def run_rank(
             rendezvous_address = channel.await_rendezvous(spec.timeout)
         os.environ.update(horovod_backend.gloo_env(slot, rendezvous_address, iface, spec.timeout))
         os.environ.update(spec.env)
-        if spec.use_gpu:
-            _bind_gpu(gpu_addresses)
+        devices = _bind_gpu(gpu_addresses) if spec.use_gpu else ()
         sys.stdout = ForwardingStream(channel, saved_streams[0])
         sys.stderr = ForwardingStream(channel, saved_streams[1])
         if spec.setup is not None:
@@ -114,7 +114,7 @@ def run_rank(
         horovod_backend.init_horovod(slot)
         initialized = True
         channel.send("initialized")
-        _current = RankContext(slot, channel, tuple(gpu_addresses))
+        _current = RankContext(slot, channel, tuple(gpu_addresses), devices)
         result = spec.fn(*spec.args, **spec.kwargs)
         channel.send("finished")
         return result
@@ -136,16 +136,17 @@ def run_rank(
         channel.close()
 
 
-def _bind_gpu(addresses: tuple[str, ...]) -> None:
-    """Expose exactly the task's GPUs; inside the process the first of them is cuda:0."""
+def _bind_gpu(addresses: tuple[str, ...]) -> tuple[int, ...]:
+    """Selects the task's first GPU as this process's CUDA device, every GPU staying visible (launch/gpus.py);
+    returns the device index of each of the task's GPUs."""
     if not addresses:
         raise RuntimeError(
             "use_gpu is on but Spark assigned this task no GPU "
             "(set spark.task.resource.gpu.amount and the executor's GPU discovery script)"
         )
-    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(addresses)
+    devices = gpus.device_indices(addresses)
     import torch
 
     if torch.cuda.is_available():
-        # A reused Python worker may have initialized CUDA already; then the variable no longer applies.
-        torch.cuda.set_device(int(addresses[0]) if torch.cuda.is_initialized() else 0)
+        torch.cuda.set_device(devices[0])
+    return devices

@@ -61,8 +61,50 @@ def describe_slots(sc, slots: int) -> str:
     return f"{slots} task slots ({text})"
 
 
-def check_barrier_launch(sc, num_proc: int, wait_seconds: float = 30.0) -> int:
-    """Raises a SparkmlParError unless num_proc barrier tasks fit; returns the slot count."""
+def check_gpu_resources(sc) -> None:
+    """Raises a SparkmlParError, naming the setting, where Spark's resources cannot give every task a GPU.
+
+    The task and executor amounts are read from the session; a discovery script is run here where the
+    executors run on this machine (local-cluster), since a failing one leaves the cluster with no executor.
+    """
+    conf = sc.getConf()
+    for key in ("spark.task.resource.gpu.amount", "spark.executor.resource.gpu.amount"):
+        if not conf.get(key, None):
+            raise SparkmlParError(
+                f"spark.use_gpu is on but {key} is not set, so Spark assigns the tasks no GPU; set it (the "
+                f"session sets both when spark.use_gpu starts it) or turn spark.use_gpu off"
+            )
+    script = conf.get("spark.worker.resource.gpu.discoveryScript", None) or conf.get(
+        "spark.executor.resource.gpu.discoveryScript", None
+    )
+    if script and _LOCAL_CLUSTER.match(sc.master):
+        check_discovery_script(script)
+
+
+def check_discovery_script(script: str) -> None:
+    """Runs a GPU discovery script as Spark would; a SparkmlParError unless it prints Spark's JSON."""
+    import json
+    import subprocess
+
+    setting = "spark.executor.resource.gpu.discoveryScript"
+    try:
+        done = subprocess.run([script], capture_output=True, text=True, timeout=60)
+        found = json.loads(done.stdout) if done.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
+        raise SparkmlParError(f"{setting}={script!r} does not run: {exc}; point it at an executable script") from None
+    if not isinstance(found, dict) or found.get("name") != "gpu" or not found.get("addresses"):
+        raise SparkmlParError(
+            f"{setting}={script!r} printed {done.stdout.strip()[:200]!r} (exit code {done.returncode}, "
+            f"{done.stderr.strip()[:200]!r}), not the JSON Spark needs: "
+            f'{{"name": "gpu", "addresses": ["0", ...]}}'
+        )
+
+
+def check_barrier_launch(sc, num_proc: int, wait_seconds: float = 30.0, use_gpu: bool = False) -> int:
+    """Raises a SparkmlParError unless num_proc barrier tasks (with a GPU each, for use_gpu) fit; returns the
+    slot count."""
+    if use_gpu:
+        check_gpu_resources(sc)
     conf = sc.getConf()
     if conf.get("spark.dynamicAllocation.enabled", "false").lower() == "true":
         raise SparkmlParError(

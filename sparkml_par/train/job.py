@@ -142,7 +142,7 @@ def train(spark, cfg: Config, on_epoch: Callable[[dict[str, Any]], None] | None 
         )
     num_proc = cfg.train.num_proc
     if num_proc == 0 and cfg.train.launcher == "barrier":
-        num_proc = check_barrier_launch(spark.sparkContext, 0)
+        num_proc = check_barrier_launch(spark.sparkContext, 0, use_gpu=cfg.spark.use_gpu)
     job = build_train_job(manifest, dataset_url, cfg, num_proc or 1)
     if cfg.train.pipeline_stages > 1 and not cfg.spark.use_gpu:
         log.warning(

@@ -344,8 +344,10 @@ def _maybe_pipeline(model: nn.Module, cfg: TrainConfig, device: torch.device) ->
     """Model parallelism within a rank: consecutive stages on this rank's devices (all of them CPU here)."""
     if cfg.pipeline_stages == 1:
         return model
-    if device.type == "cuda" and torch.cuda.device_count() >= cfg.pipeline_stages:
-        devices = [torch.device("cuda", i) for i in range(cfg.pipeline_stages)]
+    context = current_rank()
+    own = context.gpu_devices if context is not None else tuple(range(torch.cuda.device_count()))
+    if device.type == "cuda" and len(own) >= cfg.pipeline_stages:
+        devices = [torch.device("cuda", i) for i in own[: cfg.pipeline_stages]]  # the GPUs Spark gave this rank
     else:
         devices = [device] * cfg.pipeline_stages
     return StagedModel.from_model(

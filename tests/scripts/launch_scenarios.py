@@ -1,6 +1,6 @@
 """Launch scenarios that need a SparkSession of their own (another master, fake GPUs, other settings).
 
-Run as `python tests/scripts/launch_scenarios.py NAME`; the last stdout line is the outcome as JSON.
+Run as `python tests/scripts/launch_scenarios.py NAME [ARG ...]`; the last stdout line is the outcome as JSON.
 """
 
 import json
@@ -36,8 +36,10 @@ def gpu_binding():
 
     return {
         "rank": hvd.rank(),
+        "local_rank": hvd.local_rank(),
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "assigned": list(launch.current_rank().gpu_addresses),
+        "devices": list(launch.current_rank().gpu_devices),
     }
 
 
@@ -46,15 +48,20 @@ def local_cluster():
     return launch.Launcher(num_proc=2).run(describe_rank)
 
 
-def fake_gpus():
+def fake_gpus(count: str):
+    """One executor with `count` GPUs (a fake discovery script) and a rank on each."""
+    gpus = int(count)
     script = os.path.join(tempfile.mkdtemp(), "gpus.sh")
     with open(script, "w") as f:
-        f.write('#!/bin/sh\necho \'{"name": "gpu", "addresses": ["0", "1"]}\'\n')
+        addresses = json.dumps({"name": "gpu", "addresses": [str(i) for i in range(gpus)]})
+        f.write(f"#!/bin/sh\necho '{addresses}'\n")
     os.chmod(script, 0o755)
     get_or_create_session(
-        SparkConfig(master="local-cluster[1,2,1024]", use_gpu=True, gpus_per_executor=2, gpu_discovery_script=script)
+        SparkConfig(
+            master=f"local-cluster[1,{gpus},1024]", use_gpu=True, gpus_per_executor=gpus, gpu_discovery_script=script
+        )
     )
-    return launch.Launcher(num_proc=2, use_gpu=True).run(gpu_binding)
+    return launch.Launcher(num_proc=gpus, use_gpu=True).run(gpu_binding)
 
 
 def dynamic_allocation():
@@ -69,6 +76,6 @@ def dynamic_allocation():
 if __name__ == "__main__":
     from pyspark.sql import SparkSession
 
-    outcome = globals()[sys.argv[1]]()
+    outcome = globals()[sys.argv[1]](*sys.argv[2:])
     SparkSession.getActiveSession().stop()
     print(json.dumps(outcome))
