@@ -1,10 +1,10 @@
 # Two commands matter: `make quickstart` (main job on the embedded local[N] Spark) and `make test`.
 # Tested stacks, each an exact version set in its constraints file and its own venv (README, "Setup"):
 # STACK=pinned (the default: constraints.txt, .venv), and for every other NAME constraints-NAME.txt and
-# .venv-NAME: current, databricks-15.4, databricks-16.4, databricks-17.3. The constraints file's first
-# line names its Python (`# python: 3.12`).
+# .venv-NAME: current, databricks-15.4, databricks-16.4, databricks-17.3, and cuda (CUDA torch, Horovod with
+# NCCL; not in CI). The constraints file's first line names its Python (`# python: 3.12`).
 STACK ?= pinned
-STACKS := pinned current databricks-15.4 databricks-16.4 databricks-17.3
+STACKS := pinned current databricks-15.4 databricks-16.4 databricks-17.3 cuda
 ifeq ($(filter $(STACK),$(STACKS)),)
 $(error STACK=$(STACK) is not a stack of this project: use one of $(STACKS))
 endif

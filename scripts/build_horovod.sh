@@ -2,7 +2,9 @@
 # Builds Horovod from its PyPI sdist against the torch in the given venv and installs it.
 #
 # Four patches of Horovod 0.28.1's sources, each checked to have applied:
-# - CMAKE_CXX_STANDARD 14 -> 17 in both CMakeLists.txt files: PyTorch >= 2.1 headers need C++17.
+# - CMAKE_CXX_STANDARD 14 -> 17 in both CMakeLists.txt files: PyTorch >= 2.1 headers need C++17; -> 20 for an
+#   NCCL build, whose sources include torch's CUDA headers (torch 2.14's c10/util/intrusive_ptr.h uses
+#   std::strong_ordering, "only available from C++20 onwards"; torch's own extensions build with C++20).
 # - GlooContext::InitializeForProcessSet builds its device with the interface of its own, never set,
 #   gloo_iface_ instead of the global context's: with HOROVOD_GLOO_IFACE set it then falls back to the
 #   hostname, which on many hosts (Debian/Ubuntu defaults, cloud images, containers) resolves to
@@ -52,20 +54,30 @@ TORCH_VERSION=$("$PYTHON" -c 'import torch; print(torch.__version__)' 2>/dev/nul
 TORCH_LABEL="torch${TORCH_VERSION//+/.}"
 PY_TAG=$("$PYTHON" -c 'import sys; print(f"py{sys.version_info[0]}{sys.version_info[1]}")')
 HAS_CUDA=$("$PYTHON" -c 'import torch; print(int(torch.version.cuda is not None and torch.cuda.is_available()))')
+# NCCL where the stack asks for it (a "# horovod gpu operations: NCCL" line in its constraints file) or torch sees
+# a GPU; the wheel of an NCCL build is cached apart from the Gloo-only one.
+GPU_OPERATIONS=$(sed -n 's/^# horovod gpu operations: *//p' "$CONSTRAINTS")
+[ "$HAS_CUDA" = 1 ] && GPU_OPERATIONS=NCCL
+case "$GPU_OPERATIONS" in
+  "") BUILD_KIND="" ;;
+  NCCL) BUILD_KIND="-nccl" ;;
+  *) die "$CONSTRAINTS asks for horovod gpu operations '$GPU_OPERATIONS'; this script builds NCCL or none" ;;
+esac
 
-if "$PYTHON" - "$HOROVOD_VERSION" "$PATCH_LEVEL" "$TORCH_LABEL" <<'PY' 2>/dev/null
+if "$PYTHON" - "$HOROVOD_VERSION" "$PATCH_LEVEL" "$TORCH_LABEL" "$GPU_OPERATIONS" <<'PY' 2>/dev/null
 import importlib.metadata, sys, horovod, horovod.torch as hvd
 # pip records the wheel it installed from: one of this script's, built with this patch level.
 source = importlib.metadata.distribution("horovod").read_text("direct_url.json") or ""
 built_here = f"/horovod-{sys.argv[1]}-patch{sys.argv[2]}-" in source
-sys.exit(0 if horovod.__version__ == f"{sys.argv[1]}+{sys.argv[3]}" and hvd.gloo_built() and built_here else 1)
+nccl = bool(hvd.nccl_built()) == (sys.argv[4] == "NCCL")
+sys.exit(0 if horovod.__version__ == f"{sys.argv[1]}+{sys.argv[3]}" and hvd.gloo_built() and built_here and nccl else 1)
 PY
 then
-  echo "build_horovod: horovod $HOROVOD_VERSION (patch level $PATCH_LEVEL) with Gloo and PyTorch is already installed"
+  echo "build_horovod: horovod $HOROVOD_VERSION (patch level $PATCH_LEVEL) with Gloo${GPU_OPERATIONS:+ and $GPU_OPERATIONS} and PyTorch is already installed"
   exit 0
 fi
 
-CACHE_DIR="$CACHE_ROOT/horovod-$HOROVOD_VERSION-patch$PATCH_LEVEL-torch$TORCH_VERSION-$PY_TAG"
+CACHE_DIR="$CACHE_ROOT/horovod-$HOROVOD_VERSION-patch$PATCH_LEVEL-torch$TORCH_VERSION-$PY_TAG$BUILD_KIND"
 WHEEL=$(ls "$CACHE_DIR"/horovod-*.whl 2>/dev/null | head -n 1 || true)
 if [ -z "$WHEEL" ]; then
   echo "build_horovod: building horovod $HOROVOD_VERSION for torch $TORCH_VERSION ($PY_TAG); this takes a few minutes"
@@ -75,9 +87,11 @@ if [ -z "$WHEEL" ]; then
     || die "could not download the horovod $HOROVOD_VERSION sdist from the package index"
   tar -xzf "$WORK"/horovod-*.tar.gz -C "$WORK"
   SRC="$WORK/horovod-$HOROVOD_VERSION"
-  sed -i 's/CMAKE_CXX_STANDARD 14/CMAKE_CXX_STANDARD 17/' "$SRC/CMakeLists.txt" "$SRC/horovod/torch/CMakeLists.txt"
-  grep -q 'CMAKE_CXX_STANDARD 17' "$SRC/horovod/torch/CMakeLists.txt" \
-    || die "the C++17 patch did not apply: horovod/torch/CMakeLists.txt changed upstream"
+  CXX_STANDARD=17
+  [ "$GPU_OPERATIONS" = NCCL ] && CXX_STANDARD=20
+  sed -i "s/CMAKE_CXX_STANDARD 14/CMAKE_CXX_STANDARD $CXX_STANDARD/" "$SRC/CMakeLists.txt" "$SRC/horovod/torch/CMakeLists.txt"
+  grep -q "CMAKE_CXX_STANDARD $CXX_STANDARD" "$SRC/horovod/torch/CMakeLists.txt" \
+    || die "the C++ standard patch did not apply: horovod/torch/CMakeLists.txt changed upstream"
   sed -i "s/^__version__ = '$HOROVOD_VERSION'\$/__version__ = '$HOROVOD_VERSION+$TORCH_LABEL'/" "$SRC/horovod/__init__.py"
   grep -qF "__version__ = '$HOROVOD_VERSION+$TORCH_LABEL'" "$SRC/horovod/__init__.py" \
     || die "the version label did not apply: horovod/__init__.py changed upstream"
@@ -171,14 +185,32 @@ patch("operations.cc", [
 PY
   export HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
          HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1
-  if [ "$HAS_CUDA" = 1 ]; then
-    export HOROVOD_GPU_OPERATIONS=NCCL
-    echo "build_horovod: CUDA found, building with NCCL"
+  if [ "$GPU_OPERATIONS" = NCCL ]; then
+    # The toolkit compiles Horovod's CUDA kernels (for every compute capability its nvcc supports) and links its
+    # static runtime; NCCL is the one torch loads, from its nvidia-nccl package, linked by its soname.
+    export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+    NVCC="$CUDA_HOME/bin/nvcc"
+    [ -x "$NVCC" ] || die "NCCL build: no nvcc at $NVCC; install the CUDA toolkit or set CUDA_HOME"
+    TOOLKIT_CUDA=$("$NVCC" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')
+    TORCH_CUDA=$("$PYTHON" -c 'import torch; print(torch.version.cuda or "")')
+    [ -n "$TORCH_CUDA" ] || die "NCCL build: torch $TORCH_VERSION is a CPU build; install the CUDA build the stack pins"
+    [ "${TOOLKIT_CUDA%%.*}" = "${TORCH_CUDA%%.*}" ] \
+      || die "NCCL build: the CUDA toolkit at $CUDA_HOME is $TOOLKIT_CUDA, torch was built with CUDA $TORCH_CUDA; set CUDA_HOME to a $TORCH_CUDA toolkit"
+    NCCL_DIR=$("$PYTHON" -c 'import importlib.util; print(list(importlib.util.find_spec("nvidia.nccl").submodule_search_locations)[0])' 2>/dev/null) \
+      || die "NCCL build: the nvidia-nccl package torch depends on is not installed in $PYTHON"
+    mkdir -p "$WORK/nccl-lib"
+    ln -s "$NCCL_DIR/lib/libnccl.so.2" "$WORK/nccl-lib/libnccl.so"
+    export HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_CUDA_HOME="$CUDA_HOME" HOROVOD_NCCL_LINK=SHARED \
+           HOROVOD_NCCL_INCLUDE="$NCCL_DIR/include" HOROVOD_NCCL_LIB="$WORK/nccl-lib"
+    echo "build_horovod: building with NCCL ($NCCL_DIR) and CUDA $TOOLKIT_CUDA ($CUDA_HOME)"
   fi
   export MAKEFLAGS="-j$(nproc)"
   "$PYTHON" -m pip wheel --no-build-isolation --no-deps -w "$WORK/dist" "$SRC" > "$WORK/build.log" 2>&1 || {
-    tail -n 40 "$WORK/build.log" >&2
-    die "horovod build failed (log above). Check: a C++17 compiler (g++ >= 7), cmake >= 3.13, torch installed in $PYTHON"
+    mkdir -p "$CACHE_ROOT"
+    cp "$WORK/build.log" "$CACHE_ROOT/horovod-build-failed.log"
+    grep -E "error|Error" "$WORK/build.log" | grep -v "^ *File " | head -n 20 >&2
+    tail -n 20 "$WORK/build.log" >&2
+    die "horovod build failed (its errors above; the whole log: $CACHE_ROOT/horovod-build-failed.log). Check: a C++17 compiler (g++ >= 7), cmake >= 3.13, torch installed in $PYTHON"
   }
   mkdir -p "$CACHE_DIR"
   cp "$WORK"/dist/horovod-*.whl "$CACHE_DIR/"
@@ -189,4 +221,7 @@ fi
 "$PYTHON" -m pip install --quiet --no-deps --force-reinstall "$WHEEL"
 "$PYTHON" -m pip install --quiet -c "$CONSTRAINTS" cloudpickle psutil pyyaml packaging cffi
 "$PYTHON" -c 'import horovod.torch as hvd; assert hvd.gloo_built(), "horovod was built without Gloo"'
+if [ "$GPU_OPERATIONS" = NCCL ]; then
+  "$PYTHON" -c 'import horovod.torch as hvd; assert hvd.nccl_built(), "horovod was built without NCCL"'
+fi
 echo "build_horovod: installed $(basename "$WHEEL")"

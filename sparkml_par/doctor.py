@@ -1,9 +1,10 @@
 """`sparkml-par doctor`: is this machine's stack one that runs the pipeline, and if not, what to do.
 
-The tested stacks are the pinned one (constraints.txt) and those in constraints-NAME.txt (current and the
-Databricks LTS ML runtimes). In a repository checkout the versions are compared with the pins of the stack the
-environment holds (the one whose pyspark and pyarrow pins it has); in an installed package, with the ranges
-every stack covers. Most failures come from a package that drifted, or from a Horovod built for another torch.
+The tested stacks are the pinned one (constraints.txt) and those in constraints-NAME.txt (current, the
+Databricks LTS ML runtimes, and cuda). In a repository checkout the versions are compared with the pins of the
+stack the environment holds (the one whose pyspark, pyarrow and torch pins it has); in an installed package,
+with the ranges every stack covers. Most failures come from a package that drifted, or from a Horovod built
+for another torch.
 """
 
 from __future__ import annotations
@@ -32,17 +33,18 @@ PETASTORM_FIX = (
 STACKS = {
     "pinned": "constraints.txt",
     **{
-        name: f"constraints-{name}.txt" for name in ("current", "databricks-15.4", "databricks-16.4", "databricks-17.3")
+        name: f"constraints-{name}.txt"
+        for name in ("current", "databricks-15.4", "databricks-16.4", "databricks-17.3", "cuda")
     },
 }
-# What decides which stack an environment holds.
-STACK_MARKERS = ("pyspark", "pyarrow")
+# What decides which stack an environment holds (the cuda stack is the pinned one but for torch).
+STACK_MARKERS = ("pyspark", "pyarrow", "torch")
 
 # Versions each package may have, as major.minor from (inclusive) to (exclusive), and why: what is
 # checked when no constraints file is at hand. Every stack lies inside.
 SUPPORTED: dict[str, tuple[tuple[int, int], tuple[int, int], str]] = {
     "pyspark": ((3, 5), (4, 4), "the pipeline is tested on Spark 3.5.0 to 4.3"),
-    "torch": ((2, 3), (3, 0), "the pipeline is tested on torch 2.3 to 2.13"),
+    "torch": ((2, 3), (3, 0), "the pipeline is tested on torch 2.3 to 2.14"),
     "horovod": ((0, 28), (0, 29), "the launcher is written against Horovod 0.28's Gloo rendezvous"),
     "petastorm": ((0, 12), (0, 13), "sparkml_par makes petastorm 0.12.1 import on pyarrow >= 15 and numpy 2"),
     "pyarrow": ((14, 0), (26, 0), "the pipeline is tested on pyarrow 14 to 25"),

@@ -236,12 +236,14 @@ def test_doctor_reads_the_pins_of_the_checkout():
     current = doctor.read_pins(REPO / "constraints-current.txt")
     assert current.file == "constraints-current.txt" and current["pyspark"].startswith("4.3.")
     assert current["horovod"] == pinned["horovod"] and current["numpy"].startswith("2.")
-    # The environment's pyspark and pyarrow name its stack.
+    # The environment's pyspark, pyarrow and torch name its stack.
     import pyarrow
     import pyspark
+    import torch
 
     holds = doctor.read_pins(doctor.find_constraints())
-    assert (holds["pyspark"], holds["pyarrow"]) == (pyspark.__version__, pyarrow.__version__)
+    installed = (pyspark.__version__, pyarrow.__version__, torch.__version__.split("+")[0])
+    assert (holds["pyspark"], holds["pyarrow"], holds["torch"]) == installed
 
 
 def test_doctor_names_the_pinned_stack_when_the_environment_holds_neither(tmp_path):
