@@ -132,6 +132,8 @@ def _checkpoint(hvd, torch, device, workdir: str) -> bool:
 
 def _ddp(hvd, torch, device, steps: int) -> float:
     """Median fp32 step milliseconds of the same model under DDP on the same devices."""
+    import gc
+
     import torch.distributed as dist
 
     from sparkml_par.train.distributed import broadcast_object
@@ -144,23 +146,28 @@ def _ddp(hvd, torch, device, steps: int) -> float:
         world_size=hvd.size(),
     )
     try:
-        torch.manual_seed(0)
-        model = torch.nn.parallel.DistributedDataParallel(
-            _model().to(device), device_ids=[device.index] if device.type == "cuda" else None
-        )
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-
-        def step(x, y):
-            optimizer.zero_grad()
-            loss = torch.nn.functional.cross_entropy(model(x), y)
-            loss.backward()
-            optimizer.step()
-            return loss.detach()
-
-        _, millis = _timed_steps(step, _batches(hvd.rank(), steps, device), device)
+        millis = _ddp_steps(torch, device, hvd.rank(), steps)
+        gc.collect()  # the DDP model before its process group: a Gloo group destroyed first hung the model's end
         return statistics.median(millis[5:])
     finally:
         dist.destroy_process_group()
+
+
+def _ddp_steps(torch, device, rank: int, steps: int) -> list[float]:
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(
+        _model().to(device), device_ids=[device.index] if device.type == "cuda" else None
+    )
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+    def step(x, y):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    return _timed_steps(step, _batches(rank, steps, device), device)[1]
 
 
 def _free_port() -> int:

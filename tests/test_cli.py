@@ -283,7 +283,7 @@ CURRENT = doctor.Pins({"pyarrow": "25.0.1"}, "constraints-current.txt")
             None,
             "pyspark 3.5 to 4.3 is required: the pipeline is tested on Spark 3.5.0 to 4.3",
         ),
-        ("torch", "2.2.2", None, "torch 2.3 to 2.x is required: the pipeline is tested on torch 2.3 to 2.13"),
+        ("torch", "2.2.2", None, "torch 2.3 to 2.x is required: the pipeline is tested on torch 2.3 to 2.14"),
         ("mlflow", "2.13.2", None, None),
         ("pyspark", "4.00.1", None, None),
         ("torch", "2.13.0+cu121", PINNED, None),
