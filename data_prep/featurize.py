@@ -57,8 +57,8 @@ def fit_feature_pipeline(train_df, specs: list[ColumnSpec], cfg: FeaturizeConfig
     Fitting stage by stage reads the train rows once per estimator; here one aggregate gives every number
     column's count, mean, variance and median and one grouped count gives every text column's categories, and
     the stages are made from them: the string indexer from its labels, the one-hot encoder from the indexer's
-    column metadata, the imputer from its values and the standard scaler from the moments of the assembled
-    features (computed from those of each column and category).
+    column metadata, the imputer fitted on one row of its values, and the standard scaler from the moments of
+    the assembled features (computed from those of each column and category).
     """
     from pyspark.ml import PipelineModel
     from pyspark.ml.feature import OneHotEncoder, SQLTransformer, StringIndexerModel, VectorAssembler
@@ -137,9 +137,8 @@ class _NumberStatistics:
     columns: dict[str, tuple[int, float | None, float | None, float | None]]
 
 
-# Spark ML's models, made from their values through their (package-private) constructors: pyspark makes
-# them only by fitting, a Spark job over rows that hold those values.
-_JAVA_IMPUTER = "org.apache.spark.ml.feature.ImputerModel"
+# Spark ML's scaler model, made from its values through its (package-private) constructor, the same from Spark
+# 3.5 to 4.3: pyspark makes it only by fitting, a Spark job over rows that hold those values.
 _JAVA_SCALER = "org.apache.spark.ml.feature.StandardScalerModel"
 
 # Imputer's default relative error for its approximate median (1 / 0.001).
@@ -191,9 +190,10 @@ def _category_counts(train, strings: list[str]) -> dict[str, list[tuple[str, int
 
 
 def _imputer(spark, numeric: list[str], imputed: list[str], numbers: _NumberStatistics, cfg, raw: dict[str, str]):
-    """The imputer of the train split's medians (or means): Spark ML's model made from its one row of them,
-    as its fit makes it, with no Spark job."""
-    from pyspark.ml.feature import ImputerModel
+    """The imputer of the train split's medians (or means), fitted on one row of them: as that row's mean,
+    which is the row (a median would run Spark's quantile job for it), then given the configured strategy,
+    which the saved imputer records. (Its constructor differs between Spark versions; fitting does not.)"""
+    from pyspark.ml.feature import Imputer
     from pyspark.sql.types import DoubleType, StructField, StructType
 
     fills = []
@@ -207,8 +207,7 @@ def _imputer(spark, numeric: list[str], imputed: list[str], numbers: _NumberStat
             )
         fills.append(float(fill))
     row = spark.createDataFrame([tuple(fills)], StructType([StructField(n, DoubleType()) for n in numeric]))
-    model = ImputerModel._create_from_java_class(_JAVA_IMPUTER, _uid(spark, "imputer"), row._jdf)
-    model.setInputCols(numeric).setOutputCols(imputed)
+    model = Imputer(inputCols=numeric, outputCols=imputed, strategy="mean").fit(row)
     model.set(model.strategy, cfg.impute)
     return model
 
