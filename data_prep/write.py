@@ -307,7 +307,9 @@ def _partition_writer(urls: dict[str, str], sizes: dict[str, dict[int, list[int]
         for batch in batches:
             table = pa.Table.from_batches([batch])
             for split, writer in writers.items():
-                yield from writer.add(table.filter(pc.equal(table[SPLIT], split)).drop_columns([SPLIT]))
+                # A job of one split was given only that split's rows (write_splits selects them): no filter.
+                rows = table if len(writers) == 1 else table.filter(pc.equal(table[SPLIT], split))
+                yield from writer.add(rows.drop_columns([SPLIT]))
         for writer in writers.values():
             writer.check_complete()
 
