@@ -14,6 +14,8 @@ plain processes joined by torch.distributed gloo on loopback. Variants:
   gradient tensor, fused by Horovod's background cycle);
 - `hvd groups=1`: the same with `groups=1`, as sparkml_par.train.distributed builds it: all gradients
   go out as one grouped all-reduce, so one negotiation per step;
+- `hvd groups=1 + stop vote`: the same, and after every step the trainer's SIGTERM agreement
+  (`Preemption.requested()`, one all-reduce of two numbers), which every training step makes;
 - `hvd <NAME=value>`: the default optimizer with each --env Horovod setting.
 
 A last launch repeats `hvd groups=1` with Horovod's timeline on (benchmarks.horovod_timeline): its rows say how
@@ -59,7 +61,7 @@ def _model_and_data(batch: int):
     return model, x, y
 
 
-def _timed_steps(model, optimizer, x, y, batch: int, steps: int) -> dict:
+def _timed_steps(model, optimizer, x, y, batch: int, steps: int, after_step=None) -> dict:
     import torch.nn.functional as F
 
     forward_backward, step, total = [], [], []
@@ -70,6 +72,8 @@ def _timed_steps(model, optimizer, x, y, batch: int, steps: int) -> dict:
         t1 = time.perf_counter()
         optimizer.step()
         optimizer.zero_grad()
+        if after_step is not None:
+            after_step()
         t2 = time.perf_counter()
         forward_backward.append(t1 - t0)
         step.append(t2 - t1)
@@ -82,9 +86,11 @@ def _timed_steps(model, optimizer, x, y, batch: int, steps: int) -> dict:
     }
 
 
-def horovod_rank(batch: int, steps: int, groups: int | None) -> dict:
+def horovod_rank(batch: int, steps: int, groups: int | None, vote: bool = False) -> dict:
     import horovod.torch as hvd
     import torch
+
+    from sparkml_par.train.preemption import Preemption
 
     model, x, y = _model_and_data(batch)
     optimizer = hvd.DistributedOptimizer(
@@ -95,7 +101,8 @@ def horovod_rank(batch: int, steps: int, groups: int | None) -> dict:
     )
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.barrier()
-    return _timed_steps(model, optimizer, x, y, batch, steps)
+    with Preemption() as preemption:
+        return _timed_steps(model, optimizer, x, y, batch, steps, preemption.requested if vote else None)
 
 
 def _ddp_rank(rank: int, port: int, batch: int, steps: int, out) -> None:
@@ -168,6 +175,7 @@ def run(args: argparse.Namespace) -> list[dict]:
         "ddp (torch gloo)": [],
         "hvd default": [],
         "hvd groups=1": [],
+        "hvd groups=1 + stop vote": [],
         **{name: [] for name in env_variants},
     }
     try:
@@ -175,13 +183,14 @@ def run(args: argparse.Namespace) -> list[dict]:
             for round_index in range(args.rounds):
                 print(f"round {round_index + 1}/{args.rounds} ...", flush=True)
                 runs["ddp (torch gloo)"].append(ddp(args.batch, args.steps))
-                for name, groups, env in [
-                    ("hvd default", None, {}),
-                    ("hvd groups=1", 1, {}),
-                    *((name, None, env) for name, env in env_variants.items()),
+                for name, groups, env, vote in [
+                    ("hvd default", None, {}, False),
+                    ("hvd groups=1", 1, {}, False),
+                    ("hvd groups=1 + stop vote", 1, {}, True),
+                    *((name, None, env, False) for name, env in env_variants.items()),
                 ]:
                     launcher = launch.Launcher(num_proc=2, spark=spark, env=env, on_progress=lambda rank, record: None)
-                    records = launcher.run(horovod_rank, args.batch, args.steps, groups)
+                    records = launcher.run(horovod_rank, args.batch, args.steps, groups, vote)
                     runs[name].append(records[0])
             phases = _grouped_step_phases(spark, args.batch, args.steps)
     finally:

@@ -168,6 +168,12 @@ class TrainConfig:
     model: str = _field("mlp", "Registry name (mlp, cnn, transformer) or an import path 'pkg.module:build'.")
     model_args: dict[str, Any] = _field({}, "Keyword arguments of the model builder.")
     num_proc: int = _field(2, "Horovod ranks; 0 means all task slots of the cluster.", minimum=0)
+    min_proc: int = _field(
+        0,
+        "Fewest ranks training goes on with when hosts are lost (barrier launcher); 0 means num_proc, so a lost "
+        "host ends the run.",
+        minimum=0,
+    )
     launcher: Literal["barrier", "local"] = _field(
         "barrier", "barrier runs ranks as Spark barrier tasks; local runs them as processes on the driver."
     )
@@ -197,6 +203,9 @@ class TrainConfig:
     cache: bool = _field(False, "Keep each rank's shard in memory after the first epoch.")
     early_stopping: EarlyStoppingConfig = _field(EarlyStoppingConfig, "Early stopping on a validation metric.")
     checkpoint_every: int = _field(1, "Write a checkpoint every N epochs.", minimum=1)
+    checkpoint_every_steps: int = _field(
+        1000, "Also write one every N optimizer steps, with the position inside the epoch; 0 turns them off.", minimum=0
+    )
     keep_checkpoints: int = _field(3, "Checkpoints kept; older ones are deleted.", minimum=1)
     resume: Literal["auto", "never"] = _field("auto", "auto resumes from the newest complete checkpoint.")
     pipeline_stages: int = _field(
@@ -533,6 +542,17 @@ def _check_section(section: Any, path: str) -> None:
             )
         if section.type == "loguniform" and section.low is not None and section.low <= 0:
             raise ConfigError(f"{path}: a loguniform parameter needs low > 0, got {section.low!r}")
+    elif isinstance(section, TrainConfig):
+        if section.min_proc and section.num_proc and section.min_proc > section.num_proc:
+            raise ConfigError(
+                f"{path}.min_proc: {section.min_proc} is more than num_proc={section.num_proc}; use at most "
+                f"num_proc (0 means num_proc: no training on fewer ranks)"
+            )
+        if section.min_proc and section.launcher == "local":
+            raise ConfigError(
+                f"{path}.min_proc: training on fewer ranks follows the hosts of a cluster, so it needs "
+                f"launcher=barrier; set min_proc to 0 with launcher=local"
+            )
     elif isinstance(section, DataConfig):
         if section.source in ("csv", "json", "parquet", "images") and not section.path:
             raise ConfigError(

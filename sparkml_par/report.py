@@ -303,8 +303,16 @@ def _training_section(cfg: Config, plots: _Plots) -> Section:
                 "learning rate per epoch",
             )
         )
-    keys = list(dict.fromkeys(k for r in history for k in r))
+    keys = [k for k in dict.fromkeys(k for r in history for k in r) if k != "interruptions"]
     parts.append("<h3>Per epoch</h3>" + _table(keys, [[_fmt(r.get(k)) for k in keys] for r in history]))
+    events = [event for r in history for event in r.get("interruptions", [])]
+    if events:
+        columns = ["epoch", "reason", "ranks_before", "ranks_after", "steps_repeated", "seconds_to_training"]
+        parts.append(
+            "<h3>Resizes and preemptions</h3>"
+            + _p("Training stopped at a checkpoint and went on from it, on these ranks.")
+            + _table([*columns, "checkpoint"], [[_fmt(e.get(k)) for k in [*columns, "checkpoint"]] for e in events])
+        )
     test = model_metrics.get("test") or {}
     parts.append(
         "<h3>Test split (at the end of training)</h3>"

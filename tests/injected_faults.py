@@ -33,21 +33,27 @@ RESUMABLE = [
 ]
 
 
-def killing_model_args(dataset: Path, kill_rank: int = -1, epoch: int = 2, step: int = 3, marker: str = "") -> str:
-    """The train.model_args of killing_mlp (hidden [32], dropout 0.2) under RESUMABLE that kill `kill_rank`
-    at that 1-based step of that epoch of training on the dataset at `dataset`; kill_rank=-1 never kills."""
-    rows = json.loads((dataset / "_manifest.json").read_text())["splits"]["train"]["rows"]
-    at = (epoch - 1) * steps_per_epoch(rows, 32, 1) + step
+def killing_model_args(
+    dataset: Path, kill_rank: int = -1, epoch: int = 2, step: int = 3, marker: str = "", signal_name: str = "SIGKILL"
+) -> str:
+    """The train.model_args of killing_mlp (hidden [32], dropout 0.2) under RESUMABLE that send `signal_name`
+    to `kill_rank` at that 1-based step of that epoch of training on the dataset at `dataset`; kill_rank=-1
+    never kills."""
+    at = (epoch - 1) * steps_per_epoch(train_rows(dataset), 32, 1) + step
     return (
         f"train.model_args={{hidden: [32], dropout: 0.2, kill_rank: {kill_rank}, kill_at_step: {at}, "
-        f"marker: '{marker}'}}"
+        f"marker: '{marker}', signal_name: {signal_name}}}"
     )
 
 
+def train_rows(dataset: Path) -> int:
+    return json.loads((dataset / "_manifest.json").read_text())["splits"]["train"]["rows"]
+
+
 class KillingMLP(MLP):
-    """`train.model=mlp`'s network, whose rank `kill_rank` SIGKILLs its own process at training step
-    `kill_at_step` (1-based, counted from the start of training); with `marker`, only while that file
-    does not exist (it is created first), i.e. once.
+    """`train.model=mlp`'s network, whose rank `kill_rank` sends its own process `signal_name` (SIGKILL by
+    default) at training step `kill_at_step` (1-based, counted from the start of training); with `marker`,
+    only while that file does not exist (it is created first), i.e. once.
 
     The count is a buffer, so it is checkpointed and restored with the weights: a run resumed from the
     checkpoint of epoch e counts on from e's last step, and the kill lands on the same step every attempt.
@@ -62,16 +68,18 @@ class KillingMLP(MLP):
         kill_rank: int,
         kill_at_step: int,
         marker: str,
+        signal_name: str = "SIGKILL",
     ):
         super().__init__(in_features, num_outputs, hidden, dropout, batchnorm=False)
         self.kill_rank, self.kill_at_step, self.marker = kill_rank, kill_at_step, marker
+        self.signal = getattr(signal, signal_name)
         self.register_buffer("train_steps", torch.zeros((), dtype=torch.int64))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.training:
             self.train_steps += 1
             if int(self.train_steps) == self.kill_at_step and _rank() == self.kill_rank and self._armed():
-                os.kill(os.getpid(), signal.SIGKILL)
+                os.kill(os.getpid(), self.signal)
         return super().forward(x)
 
     def _armed(self) -> bool:
@@ -83,7 +91,17 @@ class KillingMLP(MLP):
         return True
 
 
-def killing_mlp(*, input_shape, num_outputs, hidden=(32,), dropout=0.0, kill_rank=-1, kill_at_step=0, marker=""):
+def killing_mlp(
+    *,
+    input_shape,
+    num_outputs,
+    hidden=(32,),
+    dropout=0.0,
+    kill_rank=-1,
+    kill_at_step=0,
+    marker="",
+    signal_name="SIGKILL",
+):
     """Builder for `train.model=injected_faults:killing_mlp`; kill_rank=-1 never kills (the uninterrupted run)."""
     return KillingMLP(
         math.prod(input_shape),
@@ -93,6 +111,7 @@ def killing_mlp(*, input_shape, num_outputs, hidden=(32,), dropout=0.0, kill_ran
         int(kill_rank),
         int(kill_at_step),
         str(marker),
+        str(signal_name),
     )
 
 

@@ -66,6 +66,7 @@ class Host:
 class SimulatedCluster:
     root: Path
     hosts: int = 2
+    workers: int | None = None  # hosts whose worker starts with the cluster (default: all); start_worker starts more
     tag: str = field(default_factory=lambda: uuid.uuid4().hex[:4])
     master: subprocess.Popen | None = None
     master_url: str = ""
@@ -106,9 +107,10 @@ class SimulatedCluster:
                 str(_free_port()),
             ],
         )
-        for host in self.members:
+        started = self.members[: self.hosts if self.workers is None else self.workers]
+        for host in started:
             self.start_worker(host)
-        self.wait_for_workers(self.hosts)
+        self.wait_for_workers(len(started))
         return self
 
     def start_worker(self, host: Host) -> None:

@@ -1,13 +1,15 @@
-"""The pipeline on a Spark standalone cluster of two simulated hosts (see simulated_cluster.py).
+"""The pipeline on a Spark standalone cluster of simulated hosts (see simulated_cluster.py).
 
 Each host is a network namespace with its own address and one 1-core worker; the hostname resolves to
-127.0.0.1 on both, as on many real hosts. The driver is `sparkml-par` in a subprocess, as a user runs it.
+127.0.0.1 on all, as on many real hosts. Two hosts' workers run from the start; the third host's worker
+runs only in the elastic training test. The driver is `sparkml-par` in a subprocess, as a user runs it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -29,7 +31,7 @@ TINY = [*tiny_job(rows=600, epochs=3), "train.model_args={hidden: [16]}"]
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    cluster = SimulatedCluster(tmp_path_factory.mktemp("cluster"))
+    cluster = SimulatedCluster(tmp_path_factory.mktemp("cluster"), hosts=3, workers=2)
     try:
         yield cluster.start()
     finally:
@@ -197,3 +199,73 @@ with spark_session(cfg.spark) as spark:
     print(json.dumps(launch.Launcher(num_proc=2, spark=spark, timeout=240,
                                      env={"HOROVOD_DYNAMIC_PROCESS_SETS": "1"}).run(reinit)))
 """
+
+
+def test_a_host_lost_mid_epoch_training_goes_on_with_fewer_ranks_and_grows_back(cluster, tmp_path):
+    """num_proc=3, min_proc=2 on three hosts: host 3's worker is killed in epoch 2 of 6, once a step
+    checkpoint of that epoch is on disk. Training goes on with 2 ranks from the newest step checkpoint, goes
+    back to 3 when the worker is back, and ends as a run without the interruptions does."""
+    third = cluster.members[2]
+    cluster.start_worker(third)
+    cluster.wait_for_workers(3)
+    rows, batch = 20000, 30
+    common = [
+        str(ROOT / "conf" / "quickstart.yaml"),
+        *TINY,
+        f"data.synthetic.rows={rows}",
+        "data.max_shards=6",
+        "train.epochs=6",
+        f"train.batch_size={batch}",
+        "train.num_proc=3",
+        "train.checkpoint_every_steps=5",
+        *outputs_under(tmp_path),
+    ]
+    prepared = _sparkml_par("prepare", *common, *cluster.driver_settings())
+    assert prepared.returncode == 0, prepared.stderr[-3000:]
+    log = tmp_path / "train.log"
+    checkpoints = tmp_path / "model" / "checkpoints"
+    with open(log, "w") as output:
+        training = subprocess.Popen(
+            [CLI, "train", *common, "train.min_proc=2", *cluster.driver_settings()],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
+    try:
+        _wait_for(lambda: any(checkpoints.glob("checkpoint-00001-*.pt")), training, log, "a step checkpoint of epoch 2")
+        cluster.stop_worker(third)
+        _wait_for(lambda: "training again on 2 ranks" in log.read_text(), training, log, "training on 2 ranks")
+        cluster.start_worker(third)
+        training.wait(timeout=600)
+    finally:
+        training.kill()
+        cluster.stop_worker(third)
+    text = log.read_text()
+    assert training.returncode == 0, text[-3000:]
+    assert "training goes on with 2 ranks instead of 3 (train.min_proc=2)" in text
+    metrics = [json.loads(line) for line in (tmp_path / "model" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in metrics] == [1, 2, 3, 4, 5, 6]
+    train_rows = json.loads((tmp_path / "dataset" / "_manifest.json").read_text())["splits"]["train"]["rows"]
+    assert [r["samples"] for r in metrics] == [steps_per_epoch(train_rows, batch, 1) * batch] * 6
+    lost, grown = [event for r in metrics for event in r.get("interruptions", [])]
+    assert (lost["reason"], lost["epoch"], lost["ranks_before"], lost["ranks_after"]) == ("lost", 2, 3, 2)
+    assert 0 <= lost["steps_repeated"] <= 5
+    assert (grown["reason"], grown["ranks_before"], grown["ranks_after"], grown["steps_repeated"]) == ("grow", 2, 3, 0)
+    assert metrics[-1]["ranks"] == 3
+    assert re.search(r"lost +epoch 2: 3 -> 2 ranks, [0-5] steps repeated, training again [0-9.]+ s after", text)
+
+    # The same epochs without interruptions: 3 ranks as local processes, on the same dataset.
+    plain = _sparkml_par("train", *common, "train.launcher=local", f"train.output={tmp_path}/plain")
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    plain_metrics = [json.loads(line) for line in (tmp_path / "plain" / "metrics.jsonl").read_text().splitlines()]
+    assert metrics[-1]["val_accuracy"] == pytest.approx(plain_metrics[-1]["val_accuracy"], abs=0.01)
+    for name, tensor in torch.load(tmp_path / "plain" / "model" / "weights.pt", weights_only=True).items():
+        torch.testing.assert_close(_weights(tmp_path)[name], tensor, rtol=0, atol=1e-3)
+
+
+def _wait_for(condition, process: subprocess.Popen, log: Path, what: str, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert process.poll() is None, f"training ended before {what}:\n{log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"no {what} within {timeout:g} s:\n{log.read_text()[-3000:]}"
+        time.sleep(0.05)

@@ -59,6 +59,21 @@ def test_checkpoints_are_written_pruned_and_resumed(root):
     assert state["epoch"] == 3 and state["w"].tolist() == [3.0, 3.0, 3.0]
 
 
+def test_step_checkpoints_sort_between_the_epochs_they_fall_in(root):
+    fingerprint = {"model": "m"}
+    for epoch, position in ((1, 0), (1, 10), (1, 20), (2, 0), (2, 5)):
+        state = {"fingerprint": fingerprint, "w": torch.full((1,), 10.0 * epoch + position)}
+        write_checkpoint_atomically(root, epoch, state, keep=3, position=position)
+    assert Store(root).names() == ["checkpoint-00001-000020.pt", "checkpoint-00002-000005.pt", "checkpoint-00002.pt"]
+    assert newest_checkpoint(root) == f"{Store(root).url}/checkpoint-00002-000005.pt"
+    state = load_latest_checkpoint(root, fingerprint)
+    assert (state["epoch"], state["position"], state["w"].item()) == (2, 5, 25.0)
+    assert state["url"] == f"{Store(root).url}/checkpoint-00002-000005.pt"
+    # A run that restarted from the end of epoch 1 drops what a later position held.
+    write_checkpoint_atomically(root, 1, {"fingerprint": fingerprint}, keep=3, position=20)
+    assert Store(root).names() == ["checkpoint-00001-000020.pt"]
+
+
 def _artifact(root: str, value: float) -> str:
     spec = model_spec("mlp", {"hidden": [4]}, input_shape=[3], num_outputs=2)
     model = build_from_spec(spec)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import replace
 from pathlib import Path
 
 import injected_faults
@@ -185,6 +187,77 @@ def test_a_rank_killed_in_every_attempt_names_the_rank_the_epoch_and_the_checkpo
     assert "rank 1 on host" in message and "died without raising an error" in message
     assert "in attempt 4 of 4 (spark.stage.maxConsecutiveAttempts)" in message
     assert failure.value.rank == 1
+
+
+def test_a_rank_killed_mid_epoch_resumes_at_its_step_checkpoint_to_the_uninterrupted_weights(spark, synthetic, caplog):
+    """Rank 1 SIGKILLs itself once at step 5 of epoch 2 of 4; Spark reruns the stage, which continues from the
+    step checkpoint 4 batches into epoch 2 (a checkpoint every 2 steps), not from the epoch-1 checkpoint."""
+    uninterrupted = train(spark, _config(synthetic, "never-killed-steps", *RESUMABLE, _killing(synthetic)))
+    killed_once = _killing(synthetic, kill_rank=1, step=5, marker=str(synthetic / "killed-mid-epoch"))
+    with caplog.at_level("INFO"):
+        rerun = train(
+            spark, _config(synthetic, "killed-steps", *RESUMABLE, "train.checkpoint_every_steps=2", killed_once)
+        )
+    steps = steps_per_epoch(injected_faults.train_rows(synthetic / "dataset"), 32, 1)
+    checkpoint = synthetic / "killed-steps" / "checkpoints" / "checkpoint-00001-000004.pt"
+    assert f"resumed from checkpoint epoch 1, 4 of {steps} batches into epoch 2 ({checkpoint})" in caplog.text
+    assert [r["epoch"] for r in rerun.history] == [1, 2, 3, 4]
+    assert [r["samples"] for r in rerun.history] == [r["samples"] for r in uninterrupted.history] == [steps * 32] * 4
+    _assert_same_weights(_weights(rerun), _weights(uninterrupted), 1e-6)
+    for ours, theirs in zip(rerun.history, uninterrupted.history):
+        assert ours["train_loss"] == pytest.approx(theirs["train_loss"], rel=1e-6)
+
+
+def test_sigterm_stops_every_rank_at_a_checkpoint_and_training_goes_on_to_the_same_weights(spark, synthetic, caplog):
+    """Rank 1 is sent SIGTERM once, in step 5 of epoch 2 of 4: the ranks stop after that step with a checkpoint
+    there, the driver launches them again from it, and the run ends with the uninterrupted run's weights."""
+    uninterrupted = train(spark, _config(synthetic, "never-stopped", *RESUMABLE, _killing(synthetic)))
+    stopped_once = _killing(synthetic, kill_rank=1, step=5, marker=str(synthetic / "stopped"), signal_name="SIGTERM")
+    with caplog.at_level("INFO"):
+        resumed = train(spark, _config(synthetic, "preempted", *RESUMABLE, stopped_once))
+    steps = steps_per_epoch(injected_faults.train_rows(synthetic / "dataset"), 32, 1)
+    checkpoint = synthetic / "preempted" / "checkpoints" / "checkpoint-00001-000005.pt"
+    stopped = re.search(
+        rf"SIGTERM: every rank stopped after step {steps + 5}; checkpoint {checkpoint} on disk "
+        r"([0-9.]+) s after the signal",
+        caplog.text,
+    )
+    assert stopped and float(stopped.group(1)) < 60
+    assert f"stopped after step {steps + 5} (SIGTERM) at a checkpoint: training goes on with 2 ranks" in caplog.text
+    assert [r["epoch"] for r in resumed.history] == [1, 2, 3, 4]
+    (event,) = resumed.interruptions
+    assert {
+        k: event[k] for k in ("reason", "epoch", "ranks_before", "ranks_after", "steps_repeated", "checkpoint")
+    } == {
+        "reason": "preempted",
+        "epoch": 2,
+        "ranks_before": 2,
+        "ranks_after": 2,
+        "steps_repeated": 0,
+        "checkpoint": str(checkpoint),
+    }
+    metrics = [json.loads(line) for line in (synthetic / "preempted" / "metrics.jsonl").read_text().splitlines()]
+    assert [r.get("interruptions") for r in metrics] == [None, [event], None, None]
+    _assert_same_weights(_weights(resumed), _weights(uninterrupted), 1e-6)
+
+
+def test_two_streams_on_one_rank_train_like_two_ranks(spark, synthetic):
+    """The train split read as 2 streams by 1 rank (a run shrunk from 2 ranks to 1): every step trains on the
+    rows the 2 ranks' step trains on, with the same gradient, so the weights are those of the 2-rank run."""
+    from sparkml_par.launch import Launcher
+    from sparkml_par.train.loop import train_rank
+
+    cfg = _config(synthetic, "two-ranks", *EXACT, "train.epochs=2", "train.batch_size=64")
+    two_ranks = train(spark, cfg)
+    manifest = json.loads((synthetic / "dataset" / "_manifest.json").read_text())
+    job = build_train_job(manifest, f"file://{synthetic / 'dataset'}", cfg, 2)
+    one_rank = replace(job, output=str(synthetic / "two-streams-one-rank"))
+    # A local launch: under a barrier one the rank would see the second slot of local[2] and grow back to 2.
+    (result,) = Launcher(num_proc=1, mode="local", timeout=600).run(train_rank, one_rank)
+    assert [r["ranks"] for r in result["history"]] == [1, 1]
+    assert [r["samples"] for r in result["history"]] == [r["samples"] for r in two_ranks.history]
+    weights = torch.load(Path(result["artifact"]) / "weights.pt", weights_only=True)
+    _assert_same_weights(weights, _weights(two_ranks), 1e-6)
 
 
 def test_early_stopping_stops_every_rank_at_the_same_epoch(spark, synthetic):

@@ -5,7 +5,8 @@ progress as they happen. The channel also relays rank 0's rendezvous address to 
 Spark barrier `allGather` would do the same but costs about a second (its coordinator polls). The
 driver listens on its own Spark address (never all interfaces) on an ephemeral port for the duration
 of one launch; each rank connects, proves it belongs to this launch with a random token, and sends
-JSON lines. Nothing received is executed or unpickled.
+JSON lines. Nothing received is executed or unpickled. Two questions get an answer: rank 0's rendezvous
+address, and the cluster's task slots now (so ranks running on fewer slots than wanted know when to grow).
 
 When Spark retries a failed barrier stage, the new attempt's ranks connect to the same channel. Task
 attempt ids only grow, so a "started" with an id above every id of a failed attempt begins the next
@@ -25,7 +26,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 log = logging.getLogger("sparkml_par.rank")
 
@@ -86,8 +87,9 @@ class DriverChannel:
     """Receives rank messages. Handler threads only record what arrives; the supervisor reads it through
     `snapshot()` and `take_progress()` and runs the user's progress callback on its own thread."""
 
-    def __init__(self, host: str, attempts: int = 1):
+    def __init__(self, host: str, attempts: int = 1, slots: Callable[[], int] | None = None):
         self.token = secrets.token_hex(16)
+        self._slots = slots
         self._status = RankStatus()
         self._attempts = attempts
         self._attempt_max_task_id = -1
@@ -140,6 +142,13 @@ class DriverChannel:
                 return
             if rank >= 0 and rank not in self._status.finished and rank not in self._status.failures:
                 self._status.lost[rank] = time.time()
+
+    def _cluster_slots(self) -> int | None:
+        try:
+            return self._slots() if self._slots is not None else None
+        except Exception as exc:  # a rank's question must not end the driver's handler
+            log.warning("cannot tell a rank the cluster's task slots: %s", exc)
+            return None
 
     def _wait_for_rendezvous(self, timeout: float, task_id: int) -> list | None:
         self._rendezvous_known.wait(timeout)
@@ -219,12 +228,17 @@ def _handler_for(channel: DriverChannel):
                 started = started or message.get("type") == "started"
                 if message.get("type") == "await_rendezvous":
                     address = channel._wait_for_rendezvous(float(message.get("timeout", 60)), task_id)
-                    self.wfile.write(json.dumps({"address": address}).encode() + b"\n")
-                    self.wfile.flush()
+                    self._answer({"address": address})
+                elif message.get("type") == "slots":
+                    self._answer({"slots": channel._cluster_slots()})
                 else:
                     channel._receive(message, task_id)
             if started:  # a rank's own connection; the stderr forwarder's closing says nothing
                 channel._closed(rank, task_id)
+
+        def _answer(self, reply: dict) -> None:
+            self.wfile.write(json.dumps(reply).encode() + b"\n")
+            self.wfile.flush()
 
     return Handler
 
@@ -262,12 +276,25 @@ class RankChannel:
         """Rank 0's rendezvous address, relayed by the driver once rank 0 has published it."""
         if self._sock is None:
             raise RuntimeError(f"rank {self.rank} has no channel to the driver to learn the rendezvous address")
-        self.send("await_rendezvous", timeout=timeout)
-        self._sock.settimeout(timeout + 5)
-        reply = json.loads(self._sock.makefile("rb").readline() or b"{}")
+        reply = self._ask("await_rendezvous", timeout + 5, timeout=timeout)
         if not reply.get("address"):
             raise TimeoutError(f"rank {self.rank}: rank 0 did not publish the rendezvous address within {timeout:g} s")
         return reply["address"][0], int(reply["address"][1])
+
+    def cluster_slots(self) -> int | None:
+        """The cluster's task slots now, as the driver's Spark context counts them; None when unknown."""
+        if self._sock is None:
+            return None
+        try:
+            return self._ask("slots", 30.0).get("slots")
+        except (OSError, ValueError):
+            return None
+
+    def _ask(self, kind: str, wait: float, **payload: Any) -> dict:
+        """Sends a question and reads the driver's one-line answer (the main thread's; one at a time)."""
+        self.send(kind, **payload)
+        self._sock.settimeout(wait)
+        return json.loads(self._sock.makefile("rb").readline() or b"{}")
 
     def close(self) -> None:
         with self._lock:

@@ -74,7 +74,7 @@ class Launcher:
         slots = check_barrier_launch(sc, self.num_proc, use_gpu=self.use_gpu)
         num_proc = self.num_proc or slots
         attempts = int(sc.getConf().get("spark.stage.maxConsecutiveAttempts", "4"))
-        channel = DriverChannel(sc.getConf().get("spark.driver.host"), attempts)
+        channel = DriverChannel(sc.getConf().get("spark.driver.host"), attempts, lambda: concurrent_task_slots(sc))
         try:
             what = f"barrier stage of {num_proc} ranks"
             caller = current_description(sc) or f"sparkml_par {getattr(fn, '__name__', 'fn')}"

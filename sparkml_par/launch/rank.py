@@ -62,6 +62,10 @@ class RankContext:
         """Send a progress record (e.g. one epoch's metrics) to the driver as it happens."""
         self.channel.send("progress", record=record)
 
+    def cluster_slots(self) -> int | None:
+        """The cluster's task slots now (asked of the driver; None under the local launcher)."""
+        return self.channel.cluster_slots()
+
     def heartbeat(self) -> None:
         """Tell the driver this rank still makes progress (call it every step; sends at most once a second)."""
         now = time.monotonic()

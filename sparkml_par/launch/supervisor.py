@@ -33,13 +33,22 @@ _ERROR_LINE = re.compile(r"error|exception|terminate called|what\(\)|abort|fatal
 
 
 class LaunchError(SparkmlParError):
-    """A launch that failed; `rank`, `host` and `remote_traceback` are set when a rank raised."""
+    """A launch that failed; `rank`, `host` and `remote_traceback` are set when a rank raised. When a rank
+    died with its host and the cluster can no longer hold every rank, `slots` is the task slots left and
+    `lost_at` the time.time() the driver lost the rank: a caller may launch again on fewer ranks."""
 
     def __init__(
-        self, message: str, rank: int | None = None, host: str | None = None, remote_traceback: str | None = None
+        self,
+        message: str,
+        rank: int | None = None,
+        host: str | None = None,
+        remote_traceback: str | None = None,
+        slots: int | None = None,
+        lost_at: float | None = None,
     ):
         super().__init__(message)
         self.rank, self.host, self.remote_traceback = rank, host, remote_traceback
+        self.slots, self.lost_at = slots, lost_at
 
 
 class Job(Protocol):
@@ -297,6 +306,8 @@ def _failure_error(
         rank=rank,
         host=host,
         remote_traceback="\n".join(tail) if tail else None,
+        slots=shrunk,
+        lost_at=died[0][0] if shrunk is not None else None,
     )
 
 

@@ -1,10 +1,12 @@
 """Checkpoints that survive crashes: atomic writes, keep-K pruning, fingerprinted resume.
 
-A checkpoint is one file, `checkpoint-00007.pt`, written through `sparkml_par.store` at any URL
-train.output names: complete or absent (renamed into place on a local disk or HDFS, uploaded whole under
-its name on an object store), so resume finds the previous one when a write is killed. Files are read back with
-`torch.load(weights_only=True)`, which runs no pickled code; hence the state may hold only tensors,
-dicts, lists, tuples, strings, numbers, booleans and None, and RNG states are converted to tensors.
+A checkpoint is one file, `checkpoint-00007.pt` after 7 whole epochs or `checkpoint-00007-000120.pt` 120
+batches into the 8th (a step checkpoint, with the data position to continue from), written through
+`sparkml_par.store` at any URL train.output names: complete or absent (renamed into place on a local disk
+or HDFS, uploaded whole under its name on an object store), so resume finds the previous one when a write
+is killed. Files are read back with `torch.load(weights_only=True)`, which runs no pickled code; hence the
+state may hold only tensors, dicts, lists, tuples, strings, numbers, booleans and None, and RNG states are
+converted to tensors.
 """
 
 from __future__ import annotations
@@ -28,10 +30,10 @@ from sparkml_par.store import Store
 
 logger = logging.getLogger(__name__)
 
-_CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)\.pt$")
+_CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)(?:-(\d+))?\.pt$")
 # What a write killed on a local disk leaves: atomic.atomic_path's hidden sibling (or, from versions
 # before the store, a mkstemp file `.checkpoint-00003.<random>.tmp`).
-_LEFTOVER = re.compile(r"^\.checkpoint-\d+\.(tmp-[0-9a-f]+\.pt|.+\.tmp)$")
+_LEFTOVER = re.compile(r"^\.checkpoint-\d+(-\d+)?\.(tmp-[0-9a-f]+\.pt|.+\.tmp)$")
 _PLAIN_SCALARS = (int, float, bool, str, type(None))
 
 
@@ -51,11 +53,14 @@ def checkpoint_fingerprint(model_spec: dict[str, Any], cfg: TrainConfig, dataset
     return json.loads(json.dumps(fingerprint, sort_keys=True))
 
 
-def write_checkpoint_atomically(directory: str | os.PathLike, epoch: int, state: dict[str, Any], keep: int) -> str:
-    """Writes `state` (which must hold a `fingerprint`) as checkpoint-{epoch:05d}.pt; keeps the newest `keep`.
+def write_checkpoint_atomically(
+    directory: str | os.PathLike, epoch: int, state: dict[str, Any], keep: int, position: int = 0
+) -> str:
+    """Writes `state` (which must hold a `fingerprint`) as checkpoint-{epoch:05d}.pt, or with `position`
+    (batches trained of epoch `epoch + 1`) as checkpoint-{epoch:05d}-{position:06d}.pt; keeps the newest `keep`.
 
-    Checkpoints of later epochs are deleted: they belong to a run that has since restarted from an
-    earlier point (resume=never, or a resume past corrupted files), and resuming from them would mix runs.
+    Later checkpoints are deleted: they belong to a run that has since restarted from an earlier point
+    (resume=never, or a resume past corrupted files), and resuming from them would mix runs.
     """
     if "fingerprint" not in state:
         raise ValueError("checkpoint state needs a 'fingerprint' entry (see checkpoint_fingerprint)")
@@ -66,22 +71,22 @@ def write_checkpoint_atomically(directory: str | os.PathLike, epoch: int, state:
     _check_plain(state, "state")
     store = Store(os.fspath(directory))
     buffer = io.BytesIO()
-    torch.save({**state, "epoch": epoch}, buffer)
-    name = f"checkpoint-{epoch:05d}.pt"
+    torch.save({**state, "epoch": epoch, "position": position}, buffer)
+    name = f"checkpoint-{epoch:05d}-{position:06d}.pt" if position else f"checkpoint-{epoch:05d}.pt"
     store.write_bytes(name, buffer.getvalue())
-    _prune(store, epoch, keep)
+    _prune(store, (epoch, position), keep)
     return f"{store.url}/{name}"
 
 
 def load_latest_checkpoint(directory: str | os.PathLike, fingerprint: dict) -> dict[str, Any] | None:
-    """The newest readable checkpoint in `directory` (its state plus `epoch`), or None when there is none.
+    """The newest readable checkpoint in `directory` (its state plus `epoch`, `position` and its `url`), or None.
 
     Unreadable files (a crash mid-copy, a truncated upload) are skipped with a warning each, so an
     older complete checkpoint is used. A checkpoint of another model or config is refused, not skipped:
     silently starting over would discard the other run's work.
     """
     store = Store(os.fspath(directory))
-    for _epoch, name in sorted(_checkpoints(store), reverse=True):
+    for _where, name in sorted(_checkpoints(store), reverse=True):
         where = f"{store.url}/{name}"
         try:
             state = torch.load(io.BytesIO(store.read_bytes(name)), map_location="cpu", weights_only=True)
@@ -93,7 +98,7 @@ def load_latest_checkpoint(directory: str | os.PathLike, fingerprint: dict) -> d
             continue
         if _canonical(state["fingerprint"]) != _canonical(fingerprint):
             raise SparkmlParError(_mismatch_message(where, state["fingerprint"], fingerprint))
-        return state
+        return {"position": 0, **state, "url": where}
     return None
 
 
@@ -142,12 +147,13 @@ def restore_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _checkpoints(store: Store) -> list[tuple[int, str]]:
+def _checkpoints(store: Store) -> list[tuple[tuple[int, int], str]]:
+    """((whole epochs, batches into the next), name) of every checkpoint in the store."""
     found = []
     for name in store.names():
         match = _CHECKPOINT_NAME.match(name)
         if match:
-            found.append((int(match.group(1)), name))
+            found.append(((int(match.group(1)), int(match.group(2) or 0)), name))
     return found
 
 
@@ -162,9 +168,9 @@ def _read_error(exc: Exception) -> str:
     return f"{type(exc).__name__}: {lines[0].split('. ')[0] if lines else ''}"
 
 
-def _prune(store: Store, written_epoch: int, keep: int) -> None:
+def _prune(store: Store, written: tuple[int, int], keep: int) -> None:
     checkpoints = sorted(_checkpoints(store))
-    kept = [name for epoch, name in checkpoints if epoch <= written_epoch][-keep:]
+    kept = [name for where, name in checkpoints if where <= written][-keep:]
     for _, name in checkpoints:
         if name not in kept:
             store.delete(name)

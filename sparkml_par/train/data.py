@@ -55,15 +55,16 @@ class ShardBatches:
         self._cached: tuple[np.ndarray, np.ndarray] | None = None
         self._cache = cache
 
-    def epoch(self, epoch: int, steps: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """Exactly `steps` batches of `batch_size` rows; the order depends only on (seed, epoch, rank)."""
+    def epoch(self, epoch: int, steps: int, start: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Batches `start` to `steps` of the epoch's exactly `steps` batches of `batch_size` rows; the order
+        depends only on (seed, epoch, rank), so a resume at batch `start` reads the rows before it again
+        (without making tensors of them) and continues with the batch an uninterrupted run trains next."""
         rng = np.random.default_rng([self.seed, epoch, self.rank])
         passes = self._cached_passes(rng) if self._cache else self._passes(rng)
-        emitted = 0
-        for x, y in self._batched(passes, rng):
-            yield torch.from_numpy(x), torch.as_tensor(y, dtype=self.label_dtype)
-            emitted += 1
-            if emitted == steps:
+        for index, (x, y) in enumerate(self._batched(passes, rng)):
+            if index >= start:
+                yield torch.from_numpy(x), torch.as_tensor(y, dtype=self.label_dtype)
+            if index + 1 == steps:
                 return
 
     def all_rows(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:

@@ -2,6 +2,11 @@
 
 Everything that can be refused is refused here, before a barrier stage holds the cluster: a
 missing dataset, more ranks than the train split has row groups, a batch smaller than the ranks.
+
+A launch that stops at a checkpoint is launched again from it: on fewer ranks when a host was lost and
+the cluster still holds train.min_proc of them, on all of them again when its slots are back, and on as
+many as before after a SIGTERM (train/preemption.py). The ranks read the same streams of the train split
+on any rank count (train/loop.py), so the run trains the same batches as without the interruptions.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from sparkml_par.contract import (
     TRAIN_METRICS,
 )
 from sparkml_par.errors import SparkmlParError
-from sparkml_par.launch.slots import check_barrier_launch
+from sparkml_par.launch.slots import check_barrier_launch, concurrent_task_slots
 from sparkml_par.models.registry import build_from_spec, model_spec
 from sparkml_par.session import require_classic_session
 from sparkml_par.spark_jobs import spark_job
@@ -52,6 +57,7 @@ class TrainResult:
     epochs_run: int
     stopped_early: bool
     seconds: float
+    interruptions: list[dict[str, Any]]  # resizes and preemptions (train/loop.py's events), in order
 
 
 def build_train_job(manifest: dict[str, Any], dataset_url: str, cfg: Config, num_proc: int) -> TrainJob:
@@ -105,6 +111,7 @@ def build_train_job(manifest: dict[str, Any], dataset_url: str, cfg: Config, num
         },
         config_yaml=cfg.to_yaml(),
         use_gpu=cfg.spark.use_gpu,
+        shards=num_proc,
     )
 
 
@@ -161,33 +168,52 @@ def train(spark, cfg: Config, on_epoch: Callable[[dict[str, Any]], None] | None 
         cfg.train.epochs,
     )
     started = time.monotonic()
-    epochs_done: list[int] = []
-    try:
-        with spark_job(spark.sparkContext, "train"):  # the stage is "train: barrier stage of N ranks"
-            launcher = launch.Launcher(
-                num_proc=num_proc,
-                mode=cfg.train.launcher,
-                use_gpu=cfg.spark.use_gpu,
-                timeout=cfg.train.timeout,
-                progress_timeout=cfg.train.step_timeout,
-                spark=spark,
-                on_progress=_log_epoch(cfg.train.epochs, epochs_done, on_epoch),
+    progress = _Progress(cfg.train.epochs, on_epoch)
+    min_proc = cfg.train.min_proc or num_proc
+    ranks = num_proc
+    while True:
+        progress.failed_at_step = None
+        try:
+            with spark_job(spark.sparkContext, "train"):  # the stage is "train: barrier stage of N ranks"
+                launcher = launch.Launcher(
+                    num_proc=ranks,
+                    mode=cfg.train.launcher,
+                    use_gpu=cfg.spark.use_gpu,
+                    timeout=cfg.train.timeout,
+                    progress_timeout=cfg.train.step_timeout,
+                    spark=spark,
+                    on_progress=progress,
+                )
+                results = launcher.run(train_rank, job)
+        except launch.LaunchError as exc:
+            if exc.slots is None or exc.slots < min_proc or ranks <= min_proc:
+                raise _training_failed(exc, cfg, job, progress, min_proc) from None
+            log.warning(
+                "rank %s on host %s was lost and the cluster now has %d task slot(s): training goes on with %d "
+                "ranks instead of %d (train.min_proc=%d) from the newest checkpoint, %s",
+                exc.rank,
+                exc.host,
+                exc.slots,
+                exc.slots,
+                ranks,
+                min_proc,
+                newest_checkpoint(f"{job.output}/checkpoints") or "none: from the start",
             )
-            results = launcher.run(train_rank, job)
-    except launch.LaunchError as exc:
-        newest = newest_checkpoint(f"{job.output}/checkpoints")
-        where = (
-            f"the newest checkpoint is {newest}: `sparkml-par train` with the same config resumes from it"
-            if newest
-            else f"no checkpoint was written under {job.output}/checkpoints"
+            stop = {"reason": "lost", "ranks": ranks, "step": progress.failed_at_step, "at": exc.lost_at}
+            job, ranks = replace(job, resumed_after=stop), exc.slots
+            continue
+        stopped = results[0].get("stopped")
+        if stopped is None:
+            break
+        wanted = stopped["ranks"] if stopped["reason"] == "grow" else _ranks_now(spark, cfg, ranks, min_proc)
+        log.warning(
+            "the ranks stopped after step %d (%s) at a checkpoint: training goes on with %d ranks (%d before)",
+            stopped["step"],
+            "slots for more ranks are back" if stopped["reason"] == "grow" else "SIGTERM",
+            wanted,
+            ranks,
         )
-        epoch = (epochs_done[-1] if epochs_done else 0) + 1
-        raise launch.LaunchError(
-            f"training failed in epoch {epoch} of {cfg.train.epochs}; {where}.\n{exc}",
-            rank=exc.rank,
-            host=exc.host,
-            remote_traceback=exc.remote_traceback,
-        ) from None
+        job, ranks = replace(job, resumed_after={**stopped, "ranks": ranks}), wanted
     chief = results[0]
     return TrainResult(
         history=chief["history"],
@@ -196,38 +222,92 @@ def train(spark, cfg: Config, on_epoch: Callable[[dict[str, Any]], None] | None 
         epochs_run=chief["epochs_run"],
         stopped_early=chief["stopped_early"],
         seconds=time.monotonic() - started,
+        interruptions=chief["interruptions"],
     )
 
 
-def _log_epoch(epochs: int, epochs_done: list[int], on_epoch: Callable[[dict[str, Any]], None] | None):
-    """Rank 0's epoch records as progress lines, with an ETA from the epochs seen so far."""
-    times: list[float] = []
+def _ranks_now(spark, cfg: Config, ranks: int, min_proc: int) -> int:
+    """After a preemption: the ranks the cluster holds now (the preempted executor may be gone), at least
+    min_proc (the launch then waits for slots as any launch does)."""
+    if cfg.train.launcher != "barrier" or min_proc >= ranks:
+        return ranks
+    return max(min_proc, min(cfg.train.num_proc or ranks, concurrent_task_slots(spark.sparkContext)))
 
-    def on_progress(rank: int, record: dict) -> None:
-        if rank != 0:
-            return
-        epochs_done.append(record["epoch"])
-        times.append(record["epoch_time"])
+
+def _training_failed(
+    exc: launch.LaunchError, cfg: Config, job: TrainJob, progress: "_Progress", min_proc: int
+) -> launch.LaunchError:
+    newest = newest_checkpoint(f"{job.output}/checkpoints")
+    where = (
+        f"the newest checkpoint is {newest}: `sparkml-par train` with the same config resumes from it"
+        if newest
+        else f"no checkpoint was written under {job.output}/checkpoints"
+    )
+    fewer = (
+        f" (train.min_proc={min_proc}: training goes on only with at least that many ranks)"
+        if exc.slots is not None and min_proc < cfg.train.num_proc
+        else ""
+    )
+    epoch = (progress.epochs_done[-1] if progress.epochs_done else 0) + 1
+    return launch.LaunchError(
+        f"training failed in epoch {epoch} of {cfg.train.epochs}{fewer}; {where}.\n{exc}",
+        rank=exc.rank,
+        host=exc.host,
+        remote_traceback=exc.remote_traceback,
+    )
+
+
+class _Progress:
+    """The ranks' progress records: rank 0's epochs as log lines with an ETA (and to on_epoch), the resizes
+    and preemptions it reports, and the step the ranks were at when a launch failed."""
+
+    def __init__(self, epochs: int, on_epoch: Callable[[dict[str, Any]], None] | None):
+        self.epochs, self.on_epoch = epochs, on_epoch
+        self.epochs_done: list[int] = []
+        self.times: list[float] = []
+        self.failed_at_step: int | None = None
+
+    def __call__(self, rank: int, record: dict) -> None:
+        if "failed_at_step" in record:
+            self.failed_at_step = max(self.failed_at_step or 0, record["failed_at_step"])
+        elif rank == 0 and "interruption" in record:
+            event = record["interruption"]
+            repeated = event["steps_repeated"]
+            log.info(
+                "training again on %d ranks (%s before, %s) in epoch %d, %.1f s after the stop; %s steps "
+                "repeated; resumed from %s",
+                event["ranks_after"],
+                event["ranks_before"],
+                event["reason"],
+                event["epoch"],
+                event["seconds_to_training"],
+                "unknown" if repeated is None else repeated,
+                event["checkpoint"],
+            )
+        elif rank == 0 and "epoch" in record:
+            self._epoch(record)
+
+    def _epoch(self, record: dict) -> None:
+        self.epochs_done.append(record["epoch"])
+        self.times.append(record["epoch_time"])
         metrics = " ".join(
             f"{k}={v:.4g}"
             for k, v in record.items()
             if k.startswith(("train_", "val_")) and isinstance(v, (int, float))
         )
-        eta = sum(times) / len(times) * (epochs - record["epoch"])
+        eta = sum(self.times) / len(self.times) * (self.epochs - record["epoch"])
         log.info(
             "epoch %d/%d %s lr=%.3g %.0f samples/s %.1f s, ETA %.0f s",
             record["epoch"],
-            epochs,
+            self.epochs,
             metrics,
             record["lr"],
             record["samples_per_sec"],
             record["epoch_time"],
             eta,
         )
-        if on_epoch is not None:
-            on_epoch(record)
-
-    return on_progress
+        if self.on_epoch is not None:
+            self.on_epoch(record)
 
 
 def summary(result: TrainResult) -> str:
@@ -242,6 +322,13 @@ def summary(result: TrainResult) -> str:
         )
     if result.test:
         lines.append("  test          " + " ".join(f"{k}={v:.4f}" for k, v in result.test.items() if k != "samples"))
+    for event in result.interruptions:
+        repeated = event["steps_repeated"]
+        lines.append(
+            f"  {event['reason']:<13} epoch {event['epoch']}: {event['ranks_before']} -> {event['ranks_after']} ranks, "
+            f"{'unknown' if repeated is None else repeated} steps repeated, training again "
+            f"{event['seconds_to_training']:.1f} s after the stop"
+        )
     lines.append(f"  {result.seconds:.1f} s")
     return "\n".join(lines)
 
@@ -261,7 +348,21 @@ def _stage_work(run: Run, resume: bool):
     run.tracker.log_test_metrics(run.stage_run, result.test)
     run.tracker.log_file(run.stage_run, f"{cfg.train.output.rstrip('/')}/{TRAIN_METRICS}")
     run.tracker.log_model(run.stage_run, result.artifact)
-    return result.artifact, {"test": result.test, "epochs_run": result.epochs_run}
+    summary = {"test": result.test, "epochs_run": result.epochs_run}
+    if result.interruptions:  # the stage's summary, also its MLflow metrics
+        summary["interruptions"] = interruption_counts(result.interruptions)
+    return result.artifact, summary
+
+
+def interruption_counts(interruptions: list[dict[str, Any]]) -> dict[str, int | float]:
+    """The run's resizes and preemptions in numbers: how many, the fewest ranks, the steps and seconds lost."""
+    return {
+        "resizes": sum(e["ranks_after"] != e["ranks_before"] for e in interruptions),
+        "preemptions": sum(e["reason"] == "preempted" for e in interruptions),
+        "fewest_ranks": min(e["ranks_after"] for e in interruptions),
+        "steps_repeated": sum(e["steps_repeated"] or 0 for e in interruptions),
+        "seconds_to_training_again": round(sum(e["seconds_to_training"] for e in interruptions), 3),
+    }
 
 
 STAGE = Stage(

@@ -2,9 +2,13 @@
 
 `train_rank(job)` is handed to the launcher; Horovod is already initialized when it starts. It runs
 `Trainer(job).fit()`: fit() -> _epoch() -> _train_epoch() -> _forward_backward(). The trainer's state
-(model, optimizer, schedule, early stopping, scaler, RNG of every rank, history) is saved as one
-checkpoint by rank 0 and restored and broadcast on resume, so a resumed run ends with the same weights
-as an uninterrupted one.
+(model, optimizer, schedule, early stopping, scaler, RNG of every rank, history, the position inside the
+epoch) is saved as one checkpoint by rank 0 at the end of epochs and every `checkpoint_every_steps` steps,
+and restored and broadcast on resume, so a resumed run ends with the same weights as an uninterrupted one.
+
+The train split is read as `job.shards` streams (train.num_proc of them), each rank reading every size-th
+stream: on fewer ranks (train/job.py relaunches on the ranks a smaller cluster holds) every global batch
+holds the same rows as on all of them, and every row of an epoch is trained on once.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from sparkml_par.train.data import ShardBatches
 from sparkml_par.train.early_stopping import EarlyStopping
 from sparkml_par.train.metrics import classification_sums, finalize, regression_sums, zero_sums
 from sparkml_par.train.optim import build_optimizer, build_scheduler, scaled_lr
+from sparkml_par.train.preemption import Preemption
 
 
 @dataclass(frozen=True)
@@ -56,13 +61,19 @@ class TrainJob:
     description: dict[str, Any]  # dataset facts stored in the artifact for scoring
     config_yaml: str
     use_gpu: bool = False
+    shards: int = 1  # streams of the train split: train.num_proc, however many ranks run now
+    # What stopped the launch before this one (train/job.py): reason, ranks, step and time.time() of the stop.
+    resumed_after: dict[str, Any] | None = None
 
 
 @dataclass
 class _State:
-    epoch: int = 0
+    epoch: int = 0  # whole epochs trained
     global_step: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)
+    position: int = 0  # batches of the next epoch already trained (resumed from a step checkpoint)
+    epoch_sums: torch.Tensor | None = None  # their metric sums over all ranks
+    interruptions: list[dict[str, Any]] = field(default_factory=list)  # resizes and preemptions, in order
 
 
 def steps_per_epoch(train_rows: int, batch_size: int, accumulation_steps: int) -> int:
@@ -98,10 +109,14 @@ class Trainer:
         self.model = _maybe_pipeline(self.base, cfg, self.device)
         torch.manual_seed(cfg.seed * 1000 + self.rank)  # dropout differs per rank, reproducibly
 
-        per_rank_batch = max(1, cfg.batch_size // self.size)
-        self.steps = steps_per_epoch(job.split_rows["train"], per_rank_batch * self.size, cfg.accumulation_steps)
+        self.shards = job.shards
+        self.held = list(range(self.rank, self.shards, self.size))  # the train streams this rank reads
+        stream_batch = max(1, cfg.batch_size // self.shards)
+        self.steps = steps_per_epoch(job.split_rows["train"], stream_batch * self.shards, cfg.accumulation_steps)
+        # Horovod averages the ranks' gradients: a rank holding k streams weighs its mean loss by k*size/shards.
+        self.loss_weight = len(self.held) * self.size / self.shards
         self.optimizer = distributed.distributed_optimizer(
-            build_optimizer(self.model.named_parameters(), cfg, scaled_lr(cfg, self.size)),
+            build_optimizer(self.model.named_parameters(), cfg, scaled_lr(cfg, self.shards)),
             self.model,
             cfg.fp16_compression,
             cfg.accumulation_steps,
@@ -110,28 +125,32 @@ class Trainer:
         self.stopper = EarlyStopping.from_config(cfg.early_stopping)
         self.scaler = torch.amp.GradScaler("cuda") if cfg.precision == "fp16" else None
         self.output = Store(job.output)
+        self.resumed: dict[str, Any] | None = None  # the checkpoint resumed from: url, step, ranks
         self.state = self._resume()
         distributed.broadcast_training_state(self.base, self.optimizer)
 
         label_dtype = torch.int64 if job.task == "classification" else torch.float32
-        self.train_data = ShardBatches(
-            job.splits["train"],
-            self.rank,
-            self.size,
-            per_rank_batch,
-            label=job.label,
-            shuffle=cfg.shuffle,
-            seed=cfg.seed,
-            shuffle_buffer=cfg.shuffle_buffer,
-            cache=cfg.cache,
-            label_dtype=label_dtype,
-        )
+        self.train_streams = [
+            ShardBatches(
+                job.splits["train"],
+                stream,
+                self.shards,
+                stream_batch,
+                label=job.label,
+                shuffle=cfg.shuffle,
+                seed=cfg.seed,
+                shuffle_buffer=cfg.shuffle_buffer,
+                cache=cfg.cache,
+                label_dtype=label_dtype,
+            )
+            for stream in self.held
+        ]
         self.evaluators = {
             name: ShardBatches(
                 job.splits[name],
                 self.rank,
                 self.size,
-                per_rank_batch,
+                stream_batch,
                 label=job.label,
                 shuffle=False,
                 seed=cfg.seed,
@@ -142,12 +161,26 @@ class Trainer:
             if job.split_rows.get(name, 0) >= self.size
         }
         self.max_steps_reached = False
+        # Set when the ranks agreed to stop at a checkpoint: reason ("preempted", "grow"), ranks wanted, time.
+        self.stopping: dict[str, Any] | None = None
 
     def fit(self) -> dict[str, Any]:
-        """Trains the remaining epochs, then tests; rank 0's result also holds the metrics and the artifact."""
+        """Trains the remaining epochs, then tests; rank 0's result also holds the metrics and the artifact.
+        Stopped at a checkpoint (SIGTERM, or slots back for more ranks), it returns {"stopped": ...} instead."""
+        try:
+            with Preemption() as self.preemption:
+                return self._fit()
+        except Exception:
+            # Where the ranks that noticed a lost peer were: the driver counts the steps a resume repeats.
+            _report({"failed_at_step": self.state.global_step, "time": time.time()})
+            raise
+
+    def _fit(self) -> dict[str, Any]:
         cfg, state = self.cfg, self.state
         for epoch in range(state.epoch, cfg.epochs):
             record = self._epoch(epoch)
+            if record is None:
+                return self._stopped()
             monitored = _monitored_value(record, cfg)
             self.schedule.step_epoch(monitored)
             stop = self.stopper.update(monitored) if monitored is not None else False
@@ -157,10 +190,14 @@ class Trainer:
             state.epoch = epoch + 1
             _report(record)
             last = stop or self.max_steps_reached or state.epoch == cfg.epochs
-            if state.epoch % cfg.checkpoint_every == 0 or last:
+            if state.epoch % cfg.checkpoint_every == 0 or last or self.stopping is not None:
                 self._checkpoint()
+                if not last and self.stopping is None:
+                    self.stopping = self._grow()
             if self.rank == 0:
                 _write_metrics(self.output, state.history)
+            if self.stopping is not None and not last:
+                return self._stopped()
             if stop or self.max_steps_reached:
                 break
 
@@ -171,6 +208,7 @@ class Trainer:
                 "history": state.history,
                 "test": test_metrics,
                 "stopped_early": bool(state.history) and state.epoch < cfg.epochs and not self.max_steps_reached,
+                "interruptions": state.interruptions,
             }
             artifact = write_model_artifact(
                 self.output.child(MODEL_DIR).url,
@@ -182,11 +220,18 @@ class Trainer:
             result.update(metrics, artifact=artifact)
         return result
 
-    def _epoch(self, epoch: int) -> dict[str, Any]:
-        """One epoch of training and validation: its record (rank-averaged metrics, lr, time, throughput)."""
+    def _stopped(self) -> dict[str, Any]:
+        return {"rank": self.rank, "stopped": {**self.stopping, "step": self.state.global_step, "ranks": self.size}}
+
+    def _epoch(self, epoch: int) -> dict[str, Any] | None:
+        """One epoch of training and validation: its record (rank-averaged metrics, lr, time, throughput,
+        samples, ranks, the interruptions inside it); None when the ranks stopped inside it."""
         started = time.perf_counter()
         self.model.train()
-        train_sums = self._train_epoch(epoch)
+        trained = self._train_epoch(epoch)
+        if trained is None:
+            return None
+        train_sums, samples_here = trained
         record = {"epoch": epoch + 1, **{f"train_{k}": v for k, v in train_sums.items() if k != "samples"}}
         if "validation" in self.evaluators:
             record.update(
@@ -197,35 +242,103 @@ class Trainer:
             {
                 "lr": self.schedule.current_lr(),
                 "epoch_time": elapsed,
-                "samples_per_sec": train_sums["samples"] / elapsed,
+                "samples_per_sec": samples_here / elapsed,
                 "step": self.state.global_step,
+                "samples": train_sums["samples"],
+                "ranks": self.size,
             }
         )
+        inside = [event for event in self.state.interruptions if event["epoch"] == epoch + 1]
+        if inside:
+            record["interruptions"] = inside
         return record
 
-    def _train_epoch(self, epoch: int) -> dict[str, float]:
+    def _train_epoch(self, epoch: int) -> tuple[dict[str, float], int] | None:
+        """The epoch's train metrics and the samples this launch trained of it (a resume starts at the
+        checkpoint's position); None when the ranks stopped at a step checkpoint."""
         cfg, task = self.cfg, self.job.task
+        start = self.state.position if epoch == self.state.epoch else 0
         sums = zero_sums(task, self.device)
         context = current_rank()
-        for index, (x, y) in enumerate(self.train_data.epoch(epoch, self.steps)):
+        batches = zip(*(stream.epoch(epoch, self.steps, start) for stream in self.train_streams))
+        for index, parts in enumerate(batches, start=start):
             if context is not None:
                 context.heartbeat()
+            x, y = _joined(parts)
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
             sums += self._forward_backward(x, y)
             if (index + 1) % cfg.accumulation_steps == 0:
                 self._optimizer_step()
                 self.schedule.step_batch()
                 self.state.global_step += 1
+                self._note_resumed()
                 if cfg.max_steps and self.state.global_step >= cfg.max_steps:
                     self.max_steps_reached = True
                     break
-        return finalize(distributed.allreduce_sum(sums, "train_sums"))
+                if self._stop_at(index + 1, sums):
+                    return None
+        here = distributed.allreduce_sum(sums, "train_sums")
+        total = here if self.state.epoch_sums is None else here + self.state.epoch_sums.to(here.device)
+        self.state.position, self.state.epoch_sums = 0, None
+        return finalize(total), int(here[-1].item())
+
+    def _stop_at(self, position: int, sums: torch.Tensor) -> bool:
+        """After each optimizer step: stop here when any rank was sent SIGTERM (the epoch's last step leaves
+        the checkpoint to the epoch's end), write a step checkpoint when one is due, and stop after it when
+        the cluster has slots for more ranks again. A collective: every rank calls it after every step."""
+        signalled = self.preemption.requested()
+        last = position == self.steps
+        every = self.cfg.checkpoint_every_steps
+        if signalled is not None and self.stopping is None:
+            self.stopping = {"reason": "preempted", "at": signalled}
+            if last:
+                return False
+        elif last or not (every and self.state.global_step % every == 0):
+            return False
+        self._checkpoint(position, sums)
+        if self.stopping is None:
+            self.stopping = self._grow()
+        return self.stopping is not None
+
+    def _grow(self) -> dict[str, Any] | None:
+        """At a checkpoint of a run on fewer ranks than streams: stop to relaunch on more when the cluster
+        has the slots again (rank 0 asks the driver; a collective)."""
+        if self.size >= self.shards:
+            return None
+        context = current_rank()
+        slots = context.cluster_slots() if self.rank == 0 and context is not None else None
+        ranks = min(distributed.broadcast_object(slots, "cluster_slots") or 0, self.shards)
+        return {"reason": "grow", "ranks": ranks, "at": time.time()} if ranks > self.size else None
+
+    def _note_resumed(self) -> None:
+        """After the first step of a launch that resumed what a resize or preemption stopped: the event, in
+        the checkpointed state, the epoch's record and a progress record for the driver."""
+        after, resumed = self.job.resumed_after, self.resumed
+        self.resumed = None
+        # A launch Spark reran resumes a checkpoint that may already hold the event.
+        if after is None or resumed is None or any(e["at"] == after["at"] for e in self.state.interruptions):
+            return
+        event = {
+            "reason": after["reason"],
+            "at": after["at"],
+            "epoch": self.state.epoch + 1,
+            "ranks_before": after["ranks"],
+            "ranks_after": self.size,
+            "checkpoint": resumed["url"],
+            "steps_repeated": max(0, after["step"] - resumed["step"]) if after.get("step") is not None else None,
+            "seconds_to_training": round(time.time() - after["at"], 3),
+        }
+        self.state.interruptions.append(event)
+        if self.rank == 0:
+            _report({"interruption": event})
 
     def _forward_backward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         with _autocast(self.cfg, self.device):
             out = self.model(x)
             loss = _loss(out, y, self.job.task)
         scaled = loss / self.cfg.accumulation_steps
+        if self.loss_weight != 1.0:
+            scaled = scaled * self.loss_weight
         (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
         return _sums(out.float(), y, self.job.task)
 
@@ -263,12 +376,16 @@ class Trainer:
             if checkpoint is not None:
                 self.base.load_state_dict(checkpoint["model"])
                 self.optimizer.load_state_dict(checkpoint["optimizer"])
+        keys = ("epoch", "global_step", "history", "schedule", "stopper", "scaler", "rng", "position", "url")
         shared = distributed.broadcast_object(
             None
             if checkpoint is None
             else {
-                key: checkpoint[key]
-                for key in ("epoch", "global_step", "history", "schedule", "stopper", "scaler", "rng")
+                **{key: checkpoint[key] for key in keys},
+                # Absent from checkpoints of versions without step checkpoints and resizes.
+                "epoch_sums": checkpoint.get("epoch_sums"),
+                "interruptions": checkpoint.get("interruptions", []),
+                "ranks": checkpoint.get("ranks", self.size),
             },
             "resume_state",
         )
@@ -280,15 +397,32 @@ class Trainer:
             self.scaler.load_state_dict(shared["scaler"])
         if self.rank < len(shared["rng"]):
             restore_rng_state(shared["rng"][self.rank])
-        print(f"resumed from checkpoint epoch {shared['epoch']} ({job.output}/checkpoints)")
-        return _State(epoch=shared["epoch"], global_step=shared["global_step"], history=list(shared["history"]))
+        epoch, position = shared["epoch"], shared["position"]
+        inside = f", {position} of {self.steps} batches into epoch {epoch + 1}" if position else ""
+        print(f"resumed from checkpoint epoch {epoch}{inside} ({shared['url']})")
+        self.resumed = {"url": shared["url"], "step": shared["global_step"]}
+        return _State(
+            epoch=epoch,
+            global_step=shared["global_step"],
+            history=list(shared["history"]),
+            position=position,
+            epoch_sums=shared["epoch_sums"],
+            interruptions=list(shared["interruptions"]),
+        )
 
-    def _checkpoint(self) -> None:
-        rng = distributed.allgather_object(capture_rng_state(), "rng_state")  # a collective: every rank takes part
+    def _checkpoint(self, position: int = 0, sums: torch.Tensor | None = None) -> None:
+        """Rank 0 writes the state; at a step checkpoint (`position` batches into the epoch) with the
+        epoch's metric sums so far. A collective: every rank takes part."""
+        rng = distributed.allgather_object(capture_rng_state(), "rng_state")
+        state = self.state
+        epoch_sums = None
+        if position:
+            epoch_sums = distributed.allreduce_sum(sums, "checkpoint_sums").cpu()
+            if state.epoch_sums is not None:
+                epoch_sums = epoch_sums + state.epoch_sums
         if self.rank != 0:
             return
-        state = self.state
-        write_checkpoint_atomically(
+        url = write_checkpoint_atomically(
             self.output.child("checkpoints").url,
             state.epoch,
             {
@@ -302,9 +436,25 @@ class Trainer:
                 "stopper": self.stopper.state_dict(),
                 "scaler": self.scaler.state_dict() if self.scaler is not None else {},
                 "rng": rng,
+                "epoch_sums": epoch_sums,
+                "ranks": self.size,
+                "interruptions": state.interruptions,
             },
             keep=self.cfg.keep_checkpoints,
+            position=position,
         )
+        if self.stopping is not None and self.stopping["reason"] == "preempted":
+            print(
+                f"SIGTERM: every rank stopped after step {state.global_step}; checkpoint {url} on disk "
+                f"{time.time() - self.stopping['at']:.2f} s after the signal"
+            )
+
+
+def _joined(parts: tuple[tuple[torch.Tensor, torch.Tensor], ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    """One batch of the rank's streams' batches (the same batch when it reads one stream)."""
+    if len(parts) == 1:
+        return parts[0]
+    return torch.cat([x for x, _ in parts]), torch.cat([y for _, y in parts])
 
 
 def _step(optimizer, scaler) -> None:
