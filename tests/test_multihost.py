@@ -204,7 +204,8 @@ with spark_session(cfg.spark) as spark:
 def test_a_host_lost_mid_epoch_training_goes_on_with_fewer_ranks_and_grows_back(cluster, tmp_path):
     """num_proc=3, min_proc=2 on three hosts: host 3's worker is killed in epoch 2 of 6, once a step
     checkpoint of that epoch is on disk. Training goes on with 2 ranks from the newest step checkpoint, goes
-    back to 3 when the worker is back, and ends as a run without the interruptions does."""
+    back to 3 when the worker is back, and ends as a run without the interruptions does: every global batch
+    holds the same rows on 2 ranks as on 3, so only the order of floating-point sums differs."""
     third = cluster.members[2]
     cluster.start_worker(third)
     cluster.wait_for_workers(3)
@@ -258,9 +259,9 @@ def test_a_host_lost_mid_epoch_training_goes_on_with_fewer_ranks_and_grows_back(
     plain = _sparkml_par("train", *common, "train.launcher=local", f"train.output={tmp_path}/plain")
     assert plain.returncode == 0, plain.stderr[-3000:]
     plain_metrics = [json.loads(line) for line in (tmp_path / "plain" / "metrics.jsonl").read_text().splitlines()]
-    assert metrics[-1]["val_accuracy"] == pytest.approx(plain_metrics[-1]["val_accuracy"], abs=0.01)
+    assert metrics[-1]["val_accuracy"] == pytest.approx(plain_metrics[-1]["val_accuracy"], abs=0.002)
     for name, tensor in torch.load(tmp_path / "plain" / "model" / "weights.pt", weights_only=True).items():
-        torch.testing.assert_close(_weights(tmp_path)[name], tensor, rtol=0, atol=1e-3)
+        torch.testing.assert_close(_weights(tmp_path)[name], tensor, rtol=0, atol=1e-5)
 
 
 def _wait_for(condition, process: subprocess.Popen, log: Path, what: str, timeout: float = 300) -> None:

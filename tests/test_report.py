@@ -133,6 +133,18 @@ def _write_training(root: Path, task: str = "classification") -> None:
         }
         for e in (1, 2, 3)
     ]
+    history[1]["interruptions"] = [
+        {
+            "reason": "lost",
+            "at": 1.0,
+            "epoch": 2,
+            "ranks_before": 3,
+            "ranks_after": 2,
+            "checkpoint": "ckpt/checkpoint-00001-000005.pt",
+            "steps_repeated": 4,
+            "seconds_to_training": 17.25,
+        }
+    ]
     (root / "model").mkdir(parents=True, exist_ok=True)
     (root / "model" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in history))
     _write_json(
@@ -244,6 +256,9 @@ def test_classification_run_shows_every_section_with_valid_plots(tmp_path):
         assert shown in data, shown
     training = page.section_text(raw, "training")
     assert "epochs run: 3" in training and "0.8765" in training and "0.3456" in training and "483" in training
+    resized = training.split("Resizes and preemptions", 1)[1]
+    for shown in ("<td>lost</td><td>3</td><td>2</td><td>4</td><td>17.25</td>", "checkpoint-00001-000005.pt"):
+        assert shown in resized, shown
     tuning = page.section_text(raw, "tuning")
     assert "best: trial 1, val_loss=0.41 (train.lr=0.003)" in tuning and "failed" in tuning
     scoring = page.section_text(raw, "scoring")

@@ -205,7 +205,7 @@ def train(spark, cfg: Config, on_epoch: Callable[[dict[str, Any]], None] | None 
         stopped = results[0].get("stopped")
         if stopped is None:
             break
-        wanted = stopped["ranks"] if stopped["reason"] == "grow" else _ranks_now(spark, cfg, ranks, min_proc)
+        wanted = stopped["wanted"] if stopped["reason"] == "grow" else _ranks_now(spark, cfg, ranks, min_proc)
         log.warning(
             "the ranks stopped after step %d (%s) at a checkpoint: training goes on with %d ranks (%d before)",
             stopped["step"],
@@ -213,7 +213,7 @@ def train(spark, cfg: Config, on_epoch: Callable[[dict[str, Any]], None] | None 
             wanted,
             ranks,
         )
-        job, ranks = replace(job, resumed_after={**stopped, "ranks": ranks}), wanted
+        job, ranks = replace(job, resumed_after=stopped), wanted
     chief = results[0]
     return TrainResult(
         history=chief["history"],

@@ -161,7 +161,7 @@ class Trainer:
             if job.split_rows.get(name, 0) >= self.size
         }
         self.max_steps_reached = False
-        # Set when the ranks agreed to stop at a checkpoint: reason ("preempted", "grow"), ranks wanted, time.
+        # Set when the ranks agreed to stop at a checkpoint: reason ("preempted", "grow"), time, ranks wanted.
         self.stopping: dict[str, Any] | None = None
 
     def fit(self) -> dict[str, Any]:
@@ -308,7 +308,7 @@ class Trainer:
         context = current_rank()
         slots = context.cluster_slots() if self.rank == 0 and context is not None else None
         ranks = min(distributed.broadcast_object(slots, "cluster_slots") or 0, self.shards)
-        return {"reason": "grow", "ranks": ranks, "at": time.time()} if ranks > self.size else None
+        return {"reason": "grow", "wanted": ranks, "at": time.time()} if ranks > self.size else None
 
     def _note_resumed(self) -> None:
         """After the first step of a launch that resumed what a resize or preemption stopped: the event, in

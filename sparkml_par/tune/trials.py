@@ -59,6 +59,8 @@ def run_trial_task(task: TrialTask) -> dict[str, Any]:
         if hvd.size() != 1:
             raise RuntimeError(f"the trial's Horovod has {hvd.size()} processes, expected 1")
         result = train_rank(task.job)
+        if "stopped" in result:  # SIGTERM reached the trial: it ends as a failed trial that says so
+            raise RuntimeError(f"the trial was stopped by SIGTERM after step {result['stopped']['step']}")
         outcome = {
             "status": "complete",
             "history": result["history"],
