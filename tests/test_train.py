@@ -209,21 +209,22 @@ def test_a_rank_killed_mid_epoch_resumes_at_its_step_checkpoint_to_the_uninterru
 
 
 def test_sigterm_stops_every_rank_at_a_checkpoint_and_training_goes_on_to_the_same_weights(spark, synthetic, caplog):
-    """Rank 1 is sent SIGTERM once, in step 5 of epoch 2 of 4: the ranks stop after that step with a checkpoint
-    there, the driver launches them again from it, and the run ends with the uninterrupted run's weights."""
+    """Rank 1 is sent SIGTERM once, in step 5 of epoch 2 of 4: the ranks learn of it after the next step (the
+    agreement runs beside a step) and stop there with a checkpoint, the driver launches them again from it,
+    and the run ends with the uninterrupted run's weights."""
     uninterrupted = train(spark, _config(synthetic, "never-stopped", *RESUMABLE, _killing(synthetic)))
     stopped_once = _killing(synthetic, kill_rank=1, step=5, marker=str(synthetic / "stopped"), signal_name="SIGTERM")
     with caplog.at_level("INFO"):
         resumed = train(spark, _config(synthetic, "preempted", *RESUMABLE, stopped_once))
     steps = steps_per_epoch(injected_faults.train_rows(synthetic / "dataset"), 32, 1)
-    checkpoint = synthetic / "preempted" / "checkpoints" / "checkpoint-00001-000005.pt"
+    checkpoint = synthetic / "preempted" / "checkpoints" / "checkpoint-00001-000006.pt"
     stopped = re.search(
-        rf"SIGTERM: every rank stopped after step {steps + 5}; checkpoint {checkpoint} on disk "
+        rf"SIGTERM: every rank stopped after step {steps + 6}; checkpoint {checkpoint} on disk "
         r"([0-9.]+) s after the signal",
         caplog.text,
     )
     assert stopped and float(stopped.group(1)) < 60
-    assert f"stopped after step {steps + 5} (SIGTERM) at a checkpoint: training goes on with 2 ranks" in caplog.text
+    assert f"stopped after step {steps + 6} (SIGTERM) at a checkpoint: training goes on with 2 ranks" in caplog.text
     assert [r["epoch"] for r in resumed.history] == [1, 2, 3, 4]
     (event,) = resumed.interruptions
     assert {

@@ -5,7 +5,7 @@ Everything here runs inside a rank started by `sparkml_par.launch`, where Horovo
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -70,6 +70,14 @@ def allreduce_sum(values: torch.Tensor, name: str) -> torch.Tensor:
     """Sums over ranks, so averages can be weighted by each rank's sample count exactly."""
     hvd = _hvd()
     return hvd.allreduce(values, op=hvd.Sum, name=name)
+
+
+def start_allreduce_sum(values: torch.Tensor, name: str) -> Callable[[], torch.Tensor]:
+    """Starts a sum over ranks in Horovod's background thread; the returned function waits for it. Every
+    rank must start the same sums in the same order."""
+    hvd = _hvd()
+    handle = hvd.allreduce_async(values, op=hvd.Sum, name=name)
+    return lambda: hvd.synchronize(handle)
 
 
 def convert_sync_batchnorm(model: nn.Module) -> nn.Module:
