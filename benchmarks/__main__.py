@@ -35,6 +35,7 @@ from pathlib import Path
 
 from benchmarks import machine
 from benchmarks.table import HEADER, cells, markdown_table, result_row, text_table
+from benchmarks.train import CHECKPOINTS_OFF
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO / "benchmarks" / "results"
@@ -43,7 +44,7 @@ PARTS: dict[str, list[str]] = {
     "convert": ["--job-rows", "200000"],
     "read": ["--reps", "9"],
     "launch": ["--reps", "3", "--rounds", "3"],
-    "train": ["--rounds", "2", "--plain-seconds", "2", "--mlp-variant", "none"],
+    "train": ["--rounds", "2", "--plain-seconds", "2", "--mlp-variant", CHECKPOINTS_OFF],
     "train_steps": ["--rounds", "1"],
     "score": ["--rows", "200000", "--repeats", "3"],
     "storage": ["--reps", "3"],

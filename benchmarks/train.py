@@ -72,7 +72,9 @@ LOADER_TARGET = 1.0
 CNN_ARGS = {"channels": [32, 64], "hidden": 300}
 CNN_SHAPE = [1, 28, 28]
 MLP_HIDDEN = [256, 256]
-DEFAULT_VARIANTS = ["HOROVOD_CYCLE_TIME=5"]
+# The trainer without its step checkpoints (default: one every 1000 steps): what they cost beside it.
+CHECKPOINTS_OFF = "step checkpoints off:train.checkpoint_every_steps=0"
+DEFAULT_VARIANTS = ["HOROVOD_CYCLE_TIME=5", CHECKPOINTS_OFF]
 # The MLP baseline's name among the rounds' runs.
 DDP = "TorchDistributor + DDP"
 
