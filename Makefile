@@ -1,5 +1,5 @@
 # Two commands matter: `make quickstart` (main job on the embedded local[N] Spark) and `make test`.
-# Tested stacks, each an exact version set in its constraints file and its own venv (README, "Setup"):
+# Tested stacks, each an exact version set in its constraints file and its own venv (docs/setup.md):
 # STACK=pinned (the default: constraints.txt, .venv), and for every other NAME constraints-NAME.txt and
 # .venv-NAME: current, databricks-15.4, databricks-16.4, databricks-17.3, and cuda (CUDA torch, Horovod with
 # NCCL; not in CI). The constraints file's first line names its Python (`# python: 3.12`).
@@ -20,7 +20,7 @@ PYTHON ?= $(shell scripts/find_python.sh $(PYTHON_VERSION))
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-stamp
 
-.PHONY: setup quickstart test lint doctor bench clean
+.PHONY: setup quickstart test lint doctor bench docs clean
 
 # The driver JVM's class-data archive (sparkml_par/class_archive.py): written once per JVM and Spark install.
 setup: $(STAMP)
@@ -54,6 +54,10 @@ doctor: setup
 # Every benchmark, one table (benchmarks/results/suite.md); BENCH_ARGS="convert read" for some, "--scale" for the cost curve.
 bench: setup
 	$(PY) -m benchmarks $(BENCH_ARGS)
+
+# The config reference page from the code; tests/test_cli.py checks that it is current.
+docs: setup
+	$(VENV)/bin/sparkml-par config --reference --markdown > docs/config-reference.md
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -11,9 +11,9 @@ full default sizes. Every part
 writes benchmarks/results/<part>.json; the suite prints their rows as one table and writes
 benchmarks/results/suite.json and suite.md (the table, the machine, the date and the commands).
 
-A run of every part (`make bench`) also writes its table, with the machine and its load, into the README's
-"Performance" section, between the README_BEGIN and README_END marker lines; a run of some parts leaves
-the README as it is (its table would be partial).
+A run of every part (`make bench`) also writes its table, with the machine and its load, into
+docs/performance.md, between the TABLE_BEGIN and TABLE_END marker lines; a run of some parts leaves the
+page as it is (its table would be partial).
 
 Memory columns: driver = peak RSS of the part's Python driver plus its Spark JVM; rank = the largest
 peak RSS of its Spark Python workers, where the Horovod ranks run (convert and score: the workers that
@@ -53,9 +53,9 @@ PARTS: dict[str, list[str]] = {
     "end_to_end": [],
 }
 TAIL_LINES = 30
-README = REPO / "README.md"
-README_BEGIN = "<!-- benchmark table: written by `make bench` -->"
-README_END = "<!-- end of the benchmark table -->"
+PERFORMANCE_PAGE = REPO / "docs" / "performance.md"
+TABLE_BEGIN = "<!-- benchmark table: written by `make bench` -->"
+TABLE_END = "<!-- end of the benchmark table -->"
 
 
 def run_part(name: str) -> dict:
@@ -97,7 +97,9 @@ def run_part(name: str) -> dict:
 def run_suite(names: list[str], command: str) -> int:
     whole = set(names) == set(PARTS)
     if whole:
-        _table_span(README.read_text())  # a README without the markers stops the suite before 20 minutes of work
+        _table_span(
+            PERFORMANCE_PAGE.read_text()
+        )  # a page without the markers stops the suite before 20 minutes of work
     before = machine.describe()
     started = time.perf_counter()
     parts = [run_part(name) for name in names]
@@ -122,27 +124,27 @@ def run_suite(names: list[str], command: str) -> int:
     (RESULTS_DIR / "suite.md").write_text(suite_markdown(record, lines))
     written = [RESULTS_DIR / "suite.json", RESULTS_DIR / "suite.md"]
     if whole:
-        README.write_text(readme_with_table(README.read_text(), record, lines))
-        written.append(README)
+        PERFORMANCE_PAGE.write_text(page_with_table(PERFORMANCE_PAGE.read_text(), record, lines))
+        written.append(PERFORMANCE_PAGE)
     print(f"\n{', '.join(names)}: {record['seconds'] / 60:.1f} min; written: {', '.join(map(str, written))}")
     return 1 if failed else 0
 
 
-def readme_with_table(readme: str, record: dict, lines: list[tuple[str, ...]]) -> str:
-    """The README with the text between its marker lines replaced by this run's machine line and table."""
-    begin, end = _table_span(readme)
-    return f"{readme[:begin]}\n{_machine_line(record)}\n\n{markdown_table(lines)}\n{readme[end:]}"
+def page_with_table(page: str, record: dict, lines: list[tuple[str, ...]]) -> str:
+    """The page with the text between its marker lines replaced by this run's machine line and table."""
+    begin, end = _table_span(page)
+    return f"{page[:begin]}\n{_machine_line(record)}\n\n{markdown_table(lines)}\n{page[end:]}"
 
 
-def _table_span(readme: str) -> tuple[int, int]:
-    """Where the README's table lies: from the end of the begin marker to the start of the end marker."""
-    begin, end = readme.find(README_BEGIN), readme.find(README_END)
+def _table_span(page: str) -> tuple[int, int]:
+    """Where the page's table lies: from the end of the begin marker to the start of the end marker."""
+    begin, end = page.find(TABLE_BEGIN), page.find(TABLE_END)
     if begin < 0 or end < begin:
         raise SystemExit(
-            f"{README} has no benchmark table to replace: put the lines {README_BEGIN!r} and {README_END!r} "
+            f"{PERFORMANCE_PAGE} has no benchmark table to replace: put the lines {TABLE_BEGIN!r} and {TABLE_END!r} "
             "around the place the table goes"
         )
-    return begin + len(README_BEGIN), end
+    return begin + len(TABLE_BEGIN), end
 
 
 def _machine_line(record: dict) -> str:

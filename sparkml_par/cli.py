@@ -71,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     config = commands.add_parser("config", help="print the effective config as YAML")
     _add_config_arguments(config, conf_required=False)
     config.add_argument("--reference", action="store_true", help="print every key with its default and meaning")
+    config.add_argument(
+        "--markdown", action="store_true", help="with --reference: as the page docs/config-reference.md (make docs)"
+    )
     config.set_defaults(handler=_run_config)
 
     for name, (_, help_text) in COMMANDS.items():
@@ -128,7 +131,7 @@ def _run_doctor(args: argparse.Namespace) -> int:
 
 def _run_config(args: argparse.Namespace) -> int:
     if args.reference:
-        print(config_reference())
+        print(config_reference_page() if args.markdown else config_reference())
         return 0
     if args.conf is None:
         raise SparkmlParError("config needs CONF, a YAML file such as conf/quickstart.yaml, or --reference")
@@ -142,6 +145,19 @@ def config_reference() -> str:
     key_width = max(len(key) for key, _, _ in rows)
     default_width = max(len(default) for _, default, _ in rows)
     return "\n".join(f"{key:<{key_width}}  {default:<{default_width}}  {doc}" for key, default, doc in rows)
+
+
+def config_reference_page() -> str:
+    """The reference as a Markdown page, one table row per key: docs/config-reference.md, written by `make docs`."""
+    pipe = "\\|"  # a | in a table cell
+    rows = "\n".join(f"| `{key}` | `{default}` | {doc.replace('|', pipe)} |" for key, default, doc in describe())
+    return (
+        "# Config reference\n\n"
+        "Every key of the YAML config, its default and its meaning, generated from the code "
+        "(`sparkml-par config --reference`; `make docs` writes this page). How the config is read, overridden "
+        "and checked: [configuration.md](configuration.md).\n\n"
+        "| key | default | meaning |\n| --- | --- | --- |\n" + rows
+    )
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
-"""The benchmark suite's README table: what `make bench` writes into the README, and where; and the order in
+"""The benchmark suite's table: what `make bench` writes into docs/performance.md, and where; and the order in
 which benchmarks run what they compare."""
 
 import pytest
 
-from benchmarks.__main__ import README_BEGIN, README_END, readme_with_table
+from benchmarks.__main__ import TABLE_BEGIN, TABLE_END, page_with_table
 from benchmarks.rounds import rotating_rounds
 from benchmarks.table import HEADER
 
@@ -24,24 +24,24 @@ RECORD = {
 
 
 def test_the_table_replaces_only_what_lies_between_the_markers():
-    readme = f"# Title\n\nbefore\n{README_BEGIN}\nold table\n| a | b |\n{README_END}\nafter\n"
+    page = f"# Title\n\nbefore\n{TABLE_BEGIN}\nold table\n| a | b |\n{TABLE_END}\nafter\n"
     line = ("read: loader (samples/s)", "887,541", "855,886", "1.04x", ">= 0.5", "yes", "1,537", "404")
-    written = readme_with_table(readme, RECORD, [HEADER, line])
+    written = page_with_table(page, RECORD, [HEADER, line])
 
-    head, _, rest = written.partition(README_BEGIN)
-    table, _, tail = rest.partition(README_END)
+    head, _, rest = written.partition(TABLE_BEGIN)
+    table, _, tail = rest.partition(TABLE_END)
     assert head == "# Title\n\nbefore\n" and tail == "\nafter\n"
     assert "old table" not in table
     assert "20.6 minutes" in table and "load average 1.7 / 1.6 / 1.5 at the start, 2.9 / 2.6 / 2.3 at the end" in table
     assert "| read: loader (samples/s) | 887,541 | 855,886 | 1.04x | >= 0.5 | yes | 1,537 | 404 |" in table
-    # Written twice, the README holds one table.
-    again = readme_with_table(written, RECORD, [HEADER, line])
+    # Written twice, the page holds one table.
+    again = page_with_table(written, RECORD, [HEADER, line])
     assert again == written
 
 
-def test_a_readme_without_the_markers_is_named_with_the_fix():
+def test_a_page_without_the_markers_is_named_with_the_fix():
     with pytest.raises(SystemExit, match="has no benchmark table to replace: put the lines"):
-        readme_with_table("# Title\nno markers\n", RECORD, [HEADER])
+        page_with_table("# Title\nno markers\n", RECORD, [HEADER])
 
 
 def test_compared_runs_take_every_place_in_a_round_in_turn():

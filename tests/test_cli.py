@@ -108,6 +108,17 @@ def test_config_reference_lists_every_key(capsys):
     assert any(line.split() == ["train.epochs", "5", "Passes", "over", "the", "train", "split."] for line in lines)
 
 
+def test_the_config_reference_page_is_current(capsys):
+    assert cli.main(["config", "--reference", "--markdown"]) == 0
+    page = capsys.readouterr().out
+    assert (Path(__file__).parents[1] / "docs" / "config-reference.md").read_text() == page, (
+        "docs/config-reference.md is not the config's reference: run `make docs`"
+    )
+    rows = [line for line in page.splitlines() if line.startswith("| `")]
+    assert [row.split("`")[1] for row in rows] == [key for key, _, _ in describe()]
+    assert "| `train.min_proc` | `0` |" in page
+
+
 def test_config_without_a_file(capsys):
     assert cli.main(["config"]) == 2
     assert capsys.readouterr().err == (
