@@ -543,6 +543,13 @@ def _check_section(section: Any, path: str) -> None:
         if section.type == "loguniform" and section.low is not None and section.low <= 0:
             raise ConfigError(f"{path}: a loguniform parameter needs low > 0, got {section.low!r}")
     elif isinstance(section, TrainConfig):
+        if section.optimizer == "sgd" and section.nesterov and section.momentum <= 0:
+            raise ConfigError(f"train.nesterov=true needs train.momentum > 0, got {section.momentum!r}")
+        if section.scheduler == "plateau" and section.gamma >= 1.0:
+            raise ConfigError(
+                f"train.gamma={section.gamma!r}: the plateau scheduler multiplies the learning rate by "
+                f"gamma when the metric stalls, so gamma must be below 1"
+            )
         if section.min_proc and section.num_proc and section.min_proc > section.num_proc:
             raise ConfigError(
                 f"{path}.min_proc: {section.min_proc} is more than num_proc={section.num_proc}; use at most "

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from sparkml_par.config import EarlyStoppingConfig, TrainConfig
+from sparkml_par.config import EarlyStoppingConfig, TrainConfig, load_config
 from sparkml_par.errors import ConfigError, SparkmlParError
 from sparkml_par.train.optim import build_optimizer, build_scheduler, scaled_lr
 
@@ -68,7 +68,7 @@ def test_adam_variants_on_cpu_take_the_fused_kernel_where_torch_has_it_and_its_u
 
 def test_nesterov_needs_momentum():
     with pytest.raises(ConfigError, match=r"train.nesterov=true needs train.momentum > 0, got 0.0"):
-        build_optimizer(_params(), TrainConfig(optimizer="sgd", momentum=0.0, nesterov=True), lr=0.1)
+        load_config(None, ["train.optimizer=sgd", "train.momentum=0.0", "train.nesterov=true"])
 
 
 @pytest.mark.parametrize("scaling,expected", [("linear", 0.4), ("sqrt", 0.2), ("none", 0.1)])
@@ -160,9 +160,8 @@ def test_plateau_needs_a_metric_and_gamma_below_one():
     schedule = build_scheduler(build_optimizer(_params(), cfg, cfg.lr), cfg, steps_per_epoch=1)
     with pytest.raises(SparkmlParError, match="scheduler=plateau needs the value of train.early_stopping.monitor"):
         schedule.step_epoch()
-    cfg = TrainConfig(scheduler="plateau", gamma=1.0)
     with pytest.raises(ConfigError, match=r"train.gamma=1.0: the plateau scheduler .* gamma must be below 1"):
-        build_scheduler(build_optimizer(_params(), cfg, cfg.lr), cfg, steps_per_epoch=1)
+        load_config(None, ["train.scheduler=plateau", "train.gamma=1.0"])
 
 
 def test_warmup_and_epoch_decay_compose():

@@ -506,16 +506,9 @@ def _maybe_pipeline(model: nn.Module, cfg: TrainConfig, device: torch.device) ->
 
 
 def _monitored_value(record: dict[str, Any], cfg: TrainConfig) -> float | None:
-    name = cfg.early_stopping.monitor
-    needed = cfg.early_stopping.patience > 0 or cfg.scheduler == "plateau"
-    if name not in record:
-        if needed:
-            raise ConfigError(
-                f"train.early_stopping.monitor: {name!r} is not a metric of this run; "
-                f"choose one of {', '.join(k for k in record if k != 'epoch')}"
-            )
-        return None
-    return float(record[name])
+    """The value early stopping and the plateau schedule watch (the driver checked that the ranks report it)."""
+    value = record.get(cfg.early_stopping.monitor)
+    return None if value is None else float(value)
 
 
 def _report(record: dict[str, Any]) -> None:

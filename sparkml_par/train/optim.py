@@ -22,8 +22,6 @@ def build_optimizer(params_or_named: Iterable[Any], cfg: TrainConfig, lr: float)
     """The optimizer `cfg.optimizer` over parameters or (name, parameter) pairs, at learning rate `lr`."""
     params = [p[1] if isinstance(p, tuple) else p for p in params_or_named]
     if cfg.optimizer == "sgd":
-        if cfg.nesterov and cfg.momentum <= 0:
-            raise ConfigError(f"train.nesterov=true needs train.momentum > 0, got {cfg.momentum!r}")
         return torch.optim.SGD(
             params, lr=lr, momentum=cfg.momentum, nesterov=cfg.nesterov, weight_decay=cfg.weight_decay
         )
@@ -135,11 +133,6 @@ def _build_epoch_schedule(optimizer: torch.optim.Optimizer, cfg: TrainConfig):
     if cfg.scheduler == "cosine":
         return lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg.epochs)
     if cfg.scheduler == "plateau":
-        if cfg.gamma >= 1.0:
-            raise ConfigError(
-                f"train.gamma={cfg.gamma!r}: the plateau scheduler multiplies the learning rate by "
-                f"gamma when the metric stalls, so gamma must be below 1"
-            )
         # An improvement means the same as for early stopping: better by at least min_delta.
         return lr_scheduler.ReduceLROnPlateau(
             optimizer,
