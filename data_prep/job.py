@@ -157,8 +157,7 @@ def _build_validated(
     clean = assign_splits(clean, cfg)
     if shuffled:
         # Rows a shuffle made are kept for the jobs below. Otherwise they are a projection of validation's
-        # persisted rows, cheaper to select again in each job than to cache a second time (200,000 x 33:
-        # the first job over them 1.0 s -> 0.3 s).
+        # persisted rows, cheaper to select again in each job than to cache a second time.
         clean = clean.persist(StorageLevel.MEMORY_AND_DISK)
     steps.done("duplicates", v.rows_clean)
     beside: list[BackgroundJob] = []
@@ -268,8 +267,8 @@ def _require_two_classes(cfg: DataConfig, classes: dict[str, int], names: list[s
 
 def _row_counts(clean, cfg: DataConfig) -> _RowCounts:
     """One aggregate, of splits x partitions (+ classes) rows: for a classification label over two grouping
-    sets, (split, partition) and (label). It replaces a count of splits and classes and a count of each
-    split's partitions (digits: 7 Spark jobs -> 3)."""
+    sets, (split, partition) and (label): one pass over the rows gives the splits' sizes, their partitions'
+    sizes and the classes, where separate counts would each be Spark jobs of their own."""
     from pyspark.sql import functions as F
 
     partition = F.spark_partition_id().alias("_partition")

@@ -8,8 +8,8 @@ from sparkml_par.config import ColumnSpec
 from sparkml_par.contract import ROW_ID, column, quoted
 
 # Relative error of the profile's approximate distinct counts (Spark's default is 0.05). The counts are
-# only reported; at 0.1 the HyperLogLog++ sketch of each column has a quarter of the registers, and the
-# aggregate of 128 columns x 5,000 rows took 0.8 s instead of 2.4 s.
+# only reported; at 0.1 the HyperLogLog++ sketch of each column has a quarter of the registers, so an
+# aggregate over many columns builds and merges far smaller sketches.
 DISTINCT_RSD = 0.1
 
 
@@ -42,10 +42,9 @@ def profile(df, label: str, specs: list[ColumnSpec], label_distribution: dict[st
 
     The scalar columns (label, numbers, strings) are unpivoted into one long (column, value) table and
     aggregated per column: the plan holds seven aggregates whatever the width. Six aggregates per column
-    in one wide row instead cost more in Spark than the data (digits as 65 Parquet columns, 1,797 rows:
-    4.4-4.6 s in prepare against 1.9-2.1 s unpivoted; 200,000 x 33: 6.0-6.4 s against 4.3-5.6 s; fresh
-    sessions, two of each, alternating): the wide plan's code generation, its 1 MB task binary and its
-    execution. Vector columns (one, alone, in a valid config) keep an aggregate of their own.
+    in one wide row would instead cost more in Spark than the data: the wide plan's code generation, its
+    large task binary and its execution. Vector columns (one, alone, in a valid config) keep an aggregate
+    of their own.
     """
     numeric = [label] + [s.name for s in specs if s.type in ("float", "int", "bool")]
     strings = [s.name for s in specs if s.type in ("string", "timestamp", "date")]  # timestamps: distinct counts

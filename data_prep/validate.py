@@ -468,7 +468,7 @@ def _as_text(df, name: str):
 def _number_checks(raw, value, name: str, dtype, *, integer: bool, low, high, nullable: bool):
     """The checks of a number read from a column of Spark type dtype, leaving out those its type cannot
     fail: a numeric column always parses, and an integral one is never NaN, infinite or fractional (fewer
-    expressions in a plan as wide as the input: digits as 64 Parquet columns, 64 + 3 fewer)."""
+    expressions in a plan as wide as the input)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import IntegralType, NumericType
 

@@ -1,9 +1,9 @@
 """Writing the splits as petastorm datasets: the only module that imports petastorm.
 
 Spark hands each write task its partition as Arrow batches and the task writes them with pyarrow:
-no column goes through a petastorm codec (about a tenth of a plain Parquet write, measured) and no
-row crosses a shuffle (a round-robin repartition for balance cost 0.28x of a plain write, measured);
-petastorm only adds its Unischema and row-group metadata.
+no column goes through a petastorm codec, which adds its own encoding to a plain Parquet write, and no
+row crosses a shuffle: the row-group layout below balances the shards without a repartition; petastorm
+only adds its Unischema and row-group metadata.
 
 Row-group layout: petastorm hands row group i (in file-path order) to shard i % shard_count. Every
 partition is cut into a multiple of data.max_shards files of one row group each, near-equal within
@@ -27,7 +27,7 @@ from sparkml_par.errors import SparkmlParError
 log = logging.getLogger(__name__)
 
 # petastorm 0.12 reads through a legacy pyarrow ParquetDataset, whose attributes are deprecated since pyarrow 5:
-# deprecation notices of the pinned stack, not the user's to act on.
+# deprecation notices of petastorm's own calls on every supported stack, not the user's to act on.
 warnings.filterwarnings("ignore", category=FutureWarning, module=r"petastorm(\.|$)")
 
 MIB = 1024 * 1024
@@ -221,10 +221,10 @@ def _add_petastorm_metadata(url: str, schema, row_groups: dict[str, int]) -> Non
     """What petastorm's materialize_dataset adds after a write: the Unischema and row groups per file, as
     key-value metadata of `_common_metadata` (the Arrow schema of the files, as petastorm writes it).
 
-    materialize_dataset counts the row groups again in a Spark job over every footer (4.6 s of a 7.5 s
-    write of 2M rows, measured); the footers were just read here, so their counts are written directly.
+    materialize_dataset counts the row groups again in a Spark job over every footer, a large part of a
+    write; the footers were just read here, so their counts are written directly.
     Written with pyarrow.fs, not petastorm's helper: that one takes the legacy ParquetDataset, gone in
-    pyarrow 15. petastorm then reads the dataset back (its schema and row groups), on either stack.
+    pyarrow 15. petastorm then reads the dataset back (its schema and row groups), on every supported stack.
     """
     import json
     import pickle

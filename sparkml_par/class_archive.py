@@ -1,11 +1,10 @@
 """A class-data archive for the driver JVM the project starts: Spark's classes mapped, not loaded.
 
-A fresh driver JVM loads and verifies some 20,000 classes from Spark's jars before and during its first
-jobs. HotSpot can write the classes a run loaded into an archive at exit (`-XX:ArchiveClassesAtExit`,
-application class-data sharing) and map them at the next start (`-XX:SharedArchiveFile`). Here, a fresh
-session of the embedded default: session start 6.7-7.3 -> 3.8-4.4 s and its first job 3.7 -> 2.0 s, three
-fresh processes of each, alternating. Nothing changes once the JVM runs: the same classes, compiled by the
-same JIT.
+A fresh driver JVM loads and verifies many thousands of classes from Spark's jars before and during its
+first jobs. HotSpot can write the classes a run loaded into an archive at exit (`-XX:ArchiveClassesAtExit`,
+application class-data sharing) and map them at the next start (`-XX:SharedArchiveFile`), which spares a
+fresh session that loading and verifying at its start and in its first job. Nothing changes once the JVM
+runs: the same classes, compiled by the same JIT.
 
 `python -m sparkml_par.class_archive` (run by `make setup`) writes the archive once for this JVM and this
 Spark installation: it runs a small prepare in a session of its own and keeps what its JVM loaded. The
@@ -15,7 +14,8 @@ time), so another JDK, another Spark or another virtual environment, or the same
 no archive and starts as it always did. A session started by the project uses the archive when one exists
 with the size recorded when it was written (HotSpot crashes on a truncated one), unless the user's
 SPARK_SUBMIT_OPTS already choose a class-data setting. Writing an archive removes those it replaces: the
-ones written for the same jars' directory, and those whose directory is gone (each is some 180 MB).
+ones written for the same jars' directory, and those whose directory is gone (each holds every class a
+session loaded, a large file).
 """
 
 from __future__ import annotations

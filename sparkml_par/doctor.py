@@ -309,7 +309,8 @@ def check_mlflow(pins: Optional[Pins], environ: Mapping[str, str] = os.environ) 
 
 
 def check_class_archive() -> CheckResult:
-    """The driver JVM's class-data archive is optional: without it a fresh session starts ~3 s later."""
+    """The driver JVM's class-data archive is optional: without it a fresh session starts later, loading and
+    verifying Spark's classes from its jars."""
     from sparkml_par import class_archive
 
     try:

@@ -5,18 +5,17 @@ worker pays at every task.
 Spark's archives. pyspark before 4.2 calls `importlib.invalidate_caches()` at the start of every Python
 task (SPARK-54744 made it conditional). Since Python 3.10 that makes every zip importer re-read its
 archive's whole directory, and a worker holds one importer per package it imported from Spark's own
-archives (pyspark.zip and its subpackages, py4j's zip, the spark-core jar Spark puts on the path):
-0.14-0.15 s of each task here (a local[2] worker, mean of 10 calls), 0.00002 s once the importers keep
-their directories. Those archives are Spark's installation: they do not change under a running worker.
-Scoring 200,000 rows in Spark: 133,468 -> 175,092 rows/s (`python -m benchmarks.score --rows 200000
---repeats 3`, a run before and one after). pyspark >= 4.2 invalidates only when a task changed the path.
+archives (pyspark.zip and its subpackages, py4j's zip, the spark-core jar Spark puts on the path), so
+every task re-reads them all. Those archives are Spark's installation: they do not change under a running
+worker, so their importers keep their directories. pyspark >= 4.2 invalidates only when a task changed the
+path.
 
 The garbage collector. pyspark's daemon runs `gc.collect()` after every task of a reused worker (4.0 and
-4.3 alike), a full pass over every object the worker holds: with torch imported that is ~217,000 objects
-and 0.13-0.15 s a task (py-spy of the workers while scoring: a quarter of their samples), 3 us once the
-imported modules' objects are frozen (`gc.freeze`, moved to the collector's permanent generation). Freezing
-is for objects that live as long as the process; a frozen object that later becomes cyclic garbage is never
-reclaimed, so the worker freezes only when it imported modules since it last froze.
+4.3 alike), a full pass over every object the worker holds, with torch imported every object of every
+module torch loaded. Frozen objects (`gc.freeze`, moved to the collector's permanent generation) are
+left out of that pass, so the worker freezes what its imports created. Freezing is for objects that live as
+long as the process; a frozen object that later becomes cyclic garbage is never reclaimed, so the worker
+freezes only when it imported modules since it last froze.
 """
 
 from __future__ import annotations
@@ -41,7 +40,7 @@ def prepare_worker() -> None:
 
 def keep_spark_archive_caches() -> None:
     """Makes this worker's importers of Spark's own archives keep their directory on cache invalidation.
-    Idempotent and cheap (a scan of a few dozen importers); imports from the archives work as before."""
+    Idempotent and cheap (a scan of the worker's importers); imports from the archives still work."""
     for importer in list(sys.path_importer_cache.values()):
         if isinstance(importer, zipimport.zipimporter) and SPARK_ARCHIVES.fullmatch(os.path.basename(importer.archive)):
             importer.invalidate_caches = _keep

@@ -47,17 +47,17 @@ def session_settings(cfg: SparkConfig) -> dict[str, str]:
         "spark.app.name": cfg.app_name,
         "spark.master": cfg.master,
         "spark.ui.showConsoleProgress": "false",
-        # pyspark records the Python call site of every Column function for Spark's error messages, at four
-        # Py4J round trips a call; the project builds its expressions itself, a few per column (prepare of
-        # digits as 64 Parquet columns: 17,829 -> 5,829 round trips, 10.0 -> 7.2 s warm, cProfile).
+        # pyspark records the Python call site of every Column function for Spark's error messages, with Py4J
+        # round trips for each call; the project builds its expressions itself, a few per column, so a wide
+        # input would pay those round trips many times over for call sites inside the project's own code.
         "spark.python.sql.dataFrameDebugging.enabled": "false",
     }
     if cfg.conf.get(_SQL_SIMPLIFIED_TRACEBACK, "true").strip().lower() == "true":
         # Spark keeps a pool of Python workers per environment. Its SQL runners (mapInArrow: scoring, dataset
-        # writes) add this variable, its RDD runners (the training barrier stage) do not, so scoring after
-        # training started workers of its own and imported torch again (digits `sparkml-par run`: the scoring
-        # job 2.2 s). Given to every Python function, it makes one pool whose workers keep their imports. With
-        # SQL's simplified tracebacks turned off, neither runner adds it: one pool, full tracebacks.
+        # writes) add this variable, its RDD runners (the training barrier stage) do not, so without it scoring
+        # after training starts workers of its own and imports torch again. Given to every Python function, it
+        # makes one pool whose workers keep their imports. With SQL's simplified tracebacks turned off,
+        # neither runner adds it: one pool, full tracebacks.
         settings["spark.executorEnv.SPARK_SIMPLIFIED_TRACEBACK"] = "1"
     if is_local_master(cfg.master):
         settings.update(
@@ -181,13 +181,9 @@ def spark_conf_dir(env: Mapping[str, str]) -> Optional[Path]:
 
 # On `local` and `local[N]` the driver JVM is also the executor: it runs every task of a batch job, where
 # pause times matter less than the work done. Java picks G1 on any machine of two cores or more; its write
-# barriers, remembered sets and concurrent marking cost a batch job time and memory. `sparkml-par prepare`
-# of the same Parquet input in fresh processes, G1 against the parallel collector, alternating, on two
-# cores: 1,000,000 x 32 floats with a 6g heap 40.3 / 54.3 / 35.7 s against 34.5 / 40.1 / 37.1 s; 200,000 x 32
-# 15.4 / 15.6 against 14.5 / 15.2 s; digits (1,797 rows) 9.2 / 9.4 against 8.7 / 9.0 s; the driver JVM's peak
-# memory in the 200,000-row prepare 1,212-1,240 against 1,041 MB. Inside `sparkml-par run` end to end on
-# 200,000 x 32 the prepare stage measured 15.9 against 15.5 / 15.5 s. The serial collector measured alike on
-# two cores, but collects with one thread on a machine of many.
+# barriers, remembered sets and concurrent marking cost a batch job time and memory, which the parallel
+# collector, built for throughput, does not spend. The serial collector does as well on two cores, but collects
+# with one thread on a machine of many.
 THROUGHPUT_GC = "-XX:+UseParallelGC"
 _CHOOSES_A_COLLECTOR = re.compile(r"-XX:\+Use\w*GC\b")
 # Where else a driver JVM's options come from: the JVM's own variables, and pyspark's spark-submit arguments.

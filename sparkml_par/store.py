@@ -114,7 +114,7 @@ class Store:
 
     def read_bytes(self, name: str) -> bytes:
         # A random-access file reads an object of known size in a few requests; pyarrow 14's input
-        # stream fetches S3 objects in 256 kB ranges (about 400 requests for a 100 MB checkpoint).
+        # stream fetches S3 objects in 256 kB ranges, one request each, many for a checkpoint.
         with self.fs.open_input_file(self._path(name)) as handle:
             return handle.read()
 

@@ -1,8 +1,8 @@
 """The artifact's predictor over a DataFrame's Arrow batches (`mapInArrow`), in the Python workers.
 
 pyspark's `predict_batch_udf` converts every output row through pandas and a per-row Python
-converter; profiled on a 256x256 MLP that conversion and its input stacking took more of the worker's
-time than the model (py-spy: 32% building the output struct, 12% stacking inputs, 28% the model).
+converter and stacks its inputs row by row; for a small model that conversion and stacking cost the
+worker more than the model does.
 Here features leave Arrow as one flat float32 buffer and probabilities return as one, so the worker
 spends its time in the model. The closure holds plain values only; each worker builds its predictor
 once, on the GPU Spark gave its task when there is one (predictor.cached_predictor).

@@ -40,7 +40,7 @@ class Rendezvous:
             ]
         )
         self.address = self._httpd.server_address[:2]
-        # shutdown() waits for the serve loop's next poll: at the default 0.5 s that delayed every launch.
+        # shutdown() waits for the serve loop's next poll: the default interval (0.5 s) would delay every launch.
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, name="horovod-rendezvous", daemon=True
         )

@@ -31,8 +31,8 @@ from sparkml_par.store import Store
 logger = logging.getLogger(__name__)
 
 _CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)(?:-(\d+))?\.pt$")
-# What a write killed on a local disk leaves: atomic.atomic_path's hidden sibling (or, from versions
-# before the store, a mkstemp file `.checkpoint-00003.<random>.tmp`).
+# What a write killed on a local disk leaves: atomic.atomic_path's hidden sibling, or a mkstemp file
+# `.checkpoint-00003.<random>.tmp` that an older checkpoint directory may still hold.
 _LEFTOVER = re.compile(r"^\.checkpoint-\d+(-\d+)?\.(tmp-[0-9a-f]+\.pt|.+\.tmp)$")
 _PLAIN_SCALARS = (int, float, bool, str, type(None))
 

@@ -3,14 +3,14 @@
 petastorm's `make_batch_reader` picks the shard (row groups i with i % size == rank) and shuffles
 row-group order (seeded, one worker thread: reproducible); rows arrive as column batches, are mixed in
 a seeded shuffle buffer, and leave as tensors without a per-row Python step (petastorm's row-wise
-loaders were measured an order of magnitude slower). Every rank yields exactly `steps` batches per
+loaders run Python for every row). Every rank yields exactly `steps` batches per
 epoch, re-reading its shard from the start when it runs out, so no rank can wait forever in an
 all-reduce another rank never joins.
 
 Each row group's columns come over as the Arrow table petastorm's worker read (`_ArrowTables`), and the
 feature vectors become one matrix straight from Arrow's value buffer: petastorm's own conversion turns a
-list column into one numpy array per row and `np.vstack`s them, which took 0.10 of a 0.14 s pass over a
-rank's 98,000 x 32 shard (`python -m benchmarks.read --profile`).
+list column into one numpy array per row and `np.vstack`s them, a per-row Python step again, which would
+be most of a pass over a shard.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import torch
 from sparkml_par.contract import FEATURES
 from sparkml_par.errors import SparkmlParError
 
-# petastorm 0.12 uses pyarrow APIs deprecated since pyarrow 2-5 (the reason pyarrow is pinned to 14) and
+# petastorm 0.12 uses pyarrow APIs deprecated since pyarrow 2-5, which warn on every supported stack, and
 # advises make_reader for datasets with a Unischema; neither is news to a user, both would flood rank logs.
 warnings.filterwarnings("ignore", category=FutureWarning, module=r"petastorm(\.|$)")
 warnings.filterwarnings("ignore", message="Please use make_reader", category=UserWarning)

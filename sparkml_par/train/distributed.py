@@ -33,10 +33,9 @@ def distributed_optimizer(
     """Gradients averaged over ranks by ring all-reduce; with k backward passes per step, accumulated
     locally k times before one all-reduce (gradient accumulation without extra communication).
 
-    All gradients go out as one group: on a small MLP that took a step from 7.2 to 6.3 ms
-    (`python -m benchmarks.train_steps`), the per-tensor negotiation being the cost Horovod adds. With the
-    build's idle-wait patch (scripts/build_horovod.sh) the group's request starts a cycle at once: 4.26 ->
-    2.89 ms, DDP's 2.91-3.01.
+    All gradients go out as one group, negotiated once a step instead of once per tensor: the per-tensor
+    negotiation is the cost Horovod adds to a small model's step. With the build's idle-wait patch
+    (scripts/build_horovod.sh) the group's request starts a cycle at once instead of waiting for the next.
     """
     hvd = _hvd()
     return hvd.DistributedOptimizer(
