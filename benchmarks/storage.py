@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> list[dict]:
     import torch
 
     from sparkml_par.config import TrainConfig
-    from sparkml_par.store import Store
+    from sparkml_par.io.store import Store
 
     keep = TrainConfig().keep_checkpoints
     with PeakMemory() as memory, tempfile.TemporaryDirectory(prefix="sparkml_par-bench-storage-") as directory:

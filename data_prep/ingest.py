@@ -31,7 +31,7 @@ from sparkml_par.contract import (
     column,
 )
 from sparkml_par.errors import SparkmlParError
-from sparkml_par.storage import HadoopFs, qualify_url
+from sparkml_par.io.hadoop import HadoopFs, qualify_url
 
 log = logging.getLogger(__name__)
 

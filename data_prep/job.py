@@ -19,7 +19,6 @@ from data_prep.profile import class_warnings, count_duplicates, drop_duplicates,
 from data_prep.split import assign_splits, make_row_ids_unique
 from data_prep.validate import Validated, check_reject_fraction, validate
 from data_prep.write import write_splits
-from sparkml_par import storage
 from sparkml_par.config import Config, DataConfig
 from sparkml_par.contract import (
     FEATURE_PIPELINE_DIR,
@@ -63,6 +62,7 @@ from sparkml_par.contract import (
     quoted,
 )
 from sparkml_par.errors import SparkmlParError
+from sparkml_par.io import hadoop
 from sparkml_par.session import require_classic_session
 from sparkml_par.spark_jobs import BackgroundJob, JobName, current_group, spark_job
 from sparkml_par.stage import Run, Stage, always_due, fingerprint
@@ -97,17 +97,17 @@ def _prepare(spark, cfg: DataConfig, owner: str | None, job: JobName) -> Prepare
     start = time.time()
     steps = _Steps(spark.sparkContext, job)
     steps.begin("read the input")
-    output = storage.qualify_url(cfg.output)
+    output = hadoop.qualify_url(cfg.output)
     fingerprint = mf.fingerprint(cfg, input_fingerprint(spark, cfg))
-    storage.clear_leftovers(spark, output)
+    hadoop.clear_leftovers(spark, output)
     existing = mf.check_existing_output(spark, output, fingerprint, cfg.mode, owner)
     if existing is not None:
         log.info("%s already holds this dataset (fingerprint %s): nothing to do", output, fingerprint)
         return PrepareResult(manifest=existing, output=output, skipped=True, seconds=time.time() - start)
     ing = ingest(spark, cfg)
     steps.done("read the input", 0)
-    staging = storage.create_staging(spark, output, "data.output")
-    fs = storage.HadoopFs(spark, staging)
+    staging = hadoop.create_staging(spark, output, "data.output")
+    fs = hadoop.HadoopFs(spark, staging)
     try:
         manifest = _build(spark, cfg, ing, fingerprint, staging, output, steps)
         manifest[MANIFEST_OWNER] = owner
@@ -310,7 +310,7 @@ def _write_quarantine(spark, v: Validated, cfg: DataConfig, staging: str, output
     try:
         check_reject_fraction(v, cfg, kept)
     except SparkmlParError:
-        fs = storage.HadoopFs(spark, kept)
+        fs = hadoop.HadoopFs(spark, kept)
         if fs.exists(kept):
             fs.delete(kept)
         fs.rename(url, kept)
@@ -359,7 +359,7 @@ def _profile_beside(
     def write_profile() -> int:
         stats = profile(clean, cfg.label, v.features, counts.classes)
         stats.update(duplicates=duplicates, deduplicated=bool(cfg.dedupe and duplicates))
-        storage.write_json(storage.HadoopFs(spark, staging), f"{staging}/{PROFILE}", stats)
+        hadoop.write_json(hadoop.HadoopFs(spark, staging), f"{staging}/{PROFILE}", stats)
         return stats["rows"]
 
     return steps.beside("profile", write_profile)

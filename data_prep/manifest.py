@@ -2,7 +2,7 @@
 
 A dataset is built in a temporary sibling directory and only renamed into place once complete, with
 `_manifest.json` written last: a directory without a manifest is never a dataset. File operations go
-through sparkml_par.storage, so any URL Spark reads works.
+through sparkml_par.io.hadoop, so any URL Spark reads works.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 from sparkml_par.config import DataConfig
 from sparkml_par.contract import MANIFEST, MANIFEST_FINGERPRINT, MANIFEST_OWNER
 from sparkml_par.errors import SparkmlParError
-from sparkml_par.storage import HadoopFs, qualify_url, replace_directory, write_json
+from sparkml_par.io.hadoop import HadoopFs, qualify_url, replace_directory, write_json
 
 log = logging.getLogger(__name__)
 

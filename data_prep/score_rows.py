@@ -20,7 +20,7 @@ from data_prep.validate import validate_for_scoring
 from sparkml_par.config import DataConfig, data_config_from_dict
 from sparkml_par.contract import MANIFEST, MANIFEST_CLASSES, MANIFEST_DATA_CONFIG, MANIFEST_FEATURE_PIPELINE
 from sparkml_par.errors import SparkmlParError
-from sparkml_par.storage import qualify_url
+from sparkml_par.io.hadoop import qualify_url
 
 log = logging.getLogger(__name__)
 

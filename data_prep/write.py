@@ -23,6 +23,7 @@ import numpy as np
 
 from sparkml_par.contract import SPLIT
 from sparkml_par.errors import SparkmlParError
+from sparkml_par.io.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +174,7 @@ def write_splits(
                 f"the {split} split has {n} rows, fewer than data.max_shards={max_shards} (every shard needs at "
                 f"least one row group of one row); lower data.max_shards or give the {split} split more rows"
             )
-    roots = [_filesystem(url) for url in urls.values()]
+    roots = [(store.fs, store.root) for store in map(_dataset_store, urls.values())]
     data = df.drop(SPLIT)
     target_rows = max(1, int(row_group_mb * MIB // max(estimate_row_bytes(data.schema, shapes), 1)))
     source, counts = _partitions(spark, df, rows, target_rows, max_shards, partition_rows)
@@ -204,7 +205,8 @@ def write_splits(
 
 def _finish(url: str, rows: int, planned: int, schema, split: str) -> dict[str, Any]:
     """Checks a written split against its plan and adds petastorm's metadata."""
-    fs, root = _filesystem(url)
+    store = _dataset_store(url)
+    fs, root = store.fs, store.root
     _remove_unfinished(fs, root)
     files = read_file_counts(url)
     groups = sum(n for _, n in files.values())
@@ -232,7 +234,8 @@ def _add_petastorm_metadata(url: str, schema, row_groups: dict[str, int]) -> Non
     import pyarrow.parquet as pq
     from petastorm.etl.dataset_metadata import ROW_GROUPS_PER_FILE_KEY, UNISCHEMA_KEY, get_schema_from_dataset_url
 
-    fs, root = _filesystem(url)
+    store = _dataset_store(url)
+    fs, root = store.fs, store.root
     with fs.open_input_file(f"{root}/{min(row_groups)}") as first:
         arrow_schema = pq.read_schema(first)
     metadata = {
@@ -245,17 +248,14 @@ def _add_petastorm_metadata(url: str, schema, row_groups: dict[str, int]) -> Non
     get_schema_from_dataset_url(url)  # fails if petastorm cannot read what was written
 
 
-def _filesystem(url: str):
-    """The pyarrow filesystem the executors write through, or a clear error for a scheme it lacks."""
-    import pyarrow.fs
-
+def _dataset_store(url: str) -> Store:
+    """A split's directory as the executors write it (sparkml_par.io.store), or an error naming the output."""
     try:
-        return pyarrow.fs.FileSystem.from_uri(url)
-    except (pyarrow.ArrowInvalid, pyarrow.ArrowNotImplementedError, OSError) as exc:
+        return Store(url)
+    except SparkmlParError as exc:
         raise SparkmlParError(
             f"cannot write a dataset to {url!r}: {exc}; datasets are written by pyarrow from the executors, "
-            f"so data.output must be a local or mounted path (e.g. /dbfs/... on Databricks) or an "
-            f"s3://, gs:// or hdfs:// URL"
+            f"so data.output must be a local or mounted path (e.g. /dbfs/... on Databricks) or a URL it opens"
         ) from None
 
 
@@ -321,7 +321,8 @@ class _FileCutter:
 
     def __init__(self, url: str, planned: list[int], task):
         self.url, self.planned, self.task = url, planned, task
-        self.fs, self.root = _filesystem(url)
+        store = _dataset_store(url)
+        self.fs, self.root = store.fs, store.root
         self.pending: list = []
         self.buffered = 0
         self.index = 0
@@ -368,7 +369,8 @@ def read_file_counts(url: str) -> dict[str, tuple[int, int]]:
     import pyarrow.fs
     import pyarrow.parquet as pq
 
-    fs, root = _filesystem(url)
+    store = _dataset_store(url)
+    fs, root = store.fs, store.root
     paths = sorted(
         info.path
         for info in fs.get_file_info(pyarrow.fs.FileSelector(root))

@@ -18,16 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from data_prep.job import STAGE as PREPARE
-from sparkml_par import atomic
 from sparkml_par.config import Config
 from sparkml_par.contract import CONFIG_COPY, RUN_LOG
 from sparkml_par.infer.score import STAGE as SCORE
+from sparkml_par.io import local_files
+from sparkml_par.io.hadoop import check_writable_url, qualify_url
+from sparkml_par.io.store import Store, WorkingCopy, local_path
 from sparkml_par.progress import spark_progress
 from sparkml_par.report import STAGE as REPORT
 from sparkml_par.session import spark_session
 from sparkml_par.stage import Run, Stage, StageRecord
-from sparkml_par.storage import check_writable_directory, check_writable_url, qualify_url
-from sparkml_par.store import Store, WorkingCopy
 from sparkml_par.tracking import Tracker
 from sparkml_par.train.job import STAGE as TRAIN
 from sparkml_par.tune.job import STAGE as TUNE
@@ -45,7 +45,7 @@ class RunState:
 
     def __init__(self, run_dir: Path):
         self.path = run_dir / "stages.json"
-        atomic.remove_leftovers(self.path)
+        local_files.remove_leftovers(self.path)
         self.stages: dict[str, dict[str, Any]] = json.loads(self.path.read_text()) if self.path.exists() else {}
 
     def matches(self, stage: str, fingerprint: str) -> bool:
@@ -63,7 +63,7 @@ class RunState:
         self._write()
 
     def _write(self) -> None:
-        atomic.write_text(self.path, json.dumps(self.stages, indent=2, default=str))
+        local_files.write_text(self.path, json.dumps(self.stages, indent=2, default=str))
 
 
 def run_pipeline(
@@ -144,7 +144,7 @@ def open_run_directory(cfg: Config) -> WorkingCopy:
 
 
 def check_outputs(cfg: Config) -> None:
-    """Proves that the outputs the project writes itself (sparkml_par.store) can be written: a bad one fails
+    """Proves that the outputs the project writes itself (sparkml_par.io.store) can be written: a bad one fails
     in seconds, before the session starts, not after prepare and an epoch of training."""
     Store(cfg.output.run_dir).check_writable("output.run_dir")
     Store(cfg.train.output).check_writable("train.output")
@@ -152,7 +152,7 @@ def check_outputs(cfg: Config) -> None:
         Store(cfg.tune.output).check_writable("tune.output")
     score_url = qualify_url(cfg.score.output)
     if score_url.startswith("file://"):  # elsewhere Spark's filesystem is asked once the session is up
-        check_writable_directory(Path(score_url.removeprefix("file://")), "score.output")
+        local_files.check_writable_directory(local_path(score_url), "score.output")
 
 
 PIPELINE = (PREPARE, TUNE, TRAIN, SCORE, REPORT)

@@ -18,7 +18,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from sparkml_par import atomic
 from sparkml_par.config import Config
 from sparkml_par.contract import (
     MANIFEST,
@@ -47,8 +46,9 @@ from sparkml_par.contract import (
     TRAIN_METRICS,
 )
 from sparkml_par.errors import SparkmlParError
+from sparkml_par.io import local_files
+from sparkml_par.io.store import Store, WorkingCopy, is_local, local_path
 from sparkml_par.stage import Run, Stage, always_due, fingerprint
-from sparkml_par.store import Store, WorkingCopy
 
 log = logging.getLogger("sparkml_par.report")
 
@@ -87,13 +87,13 @@ class _Plots:
 
     def save(self, figure, name: str) -> str:
         figure.tight_layout()
-        with atomic.atomic_path(self.directory / name) as temp:
+        with local_files.atomic_path(self.directory / name) as temp:
             figure.savefig(temp, format="png")
         self.written.append(name)
         return name
 
     def write(self, data: bytes, name: str) -> str:
-        with atomic.atomic_path(self.directory / name) as temp:
+        with local_files.atomic_path(self.directory / name) as temp:
             temp.write_bytes(data)
         self.written.append(name)
         return name
@@ -115,7 +115,7 @@ def write_report(run_dir: str | os.PathLike, cfg: Config) -> Path:
     ]
     _remove_stale_plots(out, plots.written)
     index = out / INDEX
-    atomic.write_text(index, _page(run_path, sections))
+    local_files.write_text(index, _page(run_path, sections))
     missing = [s.title for s in sections if not s.ran]
     log.info("report %s (%d plots%s)", index, len(plots.written), f"; not run: {', '.join(missing)}" if missing else "")
     return index
@@ -135,15 +135,10 @@ def run(cfg: Config) -> int:
 # ---------------------------------------------------------------------------------------------- inputs
 
 
-def local_path(url: str) -> Optional[Path]:
-    """The local (or mounted) path of a stage output URL; None for a remote filesystem the report cannot read."""
-    if url.startswith("file://"):
-        return Path(url.removeprefix("file://"))
-    if url.startswith("dbfs:/"):  # Databricks mounts DBFS at /dbfs on the driver
-        return Path("/dbfs") / url.removeprefix("dbfs:").lstrip("/")
-    if "://" in url:
-        return None
-    return Path(url)
+def readable_path(url: str) -> Optional[Path]:
+    """The local (or mounted) path of a stage output Spark wrote; None for a remote filesystem the report
+    does not read."""
+    return local_path(url) if is_local(url) else None
 
 
 def _read_json(path: Optional[Path]) -> Optional[Any]:
@@ -153,7 +148,7 @@ def _read_json(path: Optional[Path]) -> Optional[Any]:
 
 
 def _stored(url: str, name: str) -> Optional[bytes]:
-    """A file of an output the project writes itself (train.output, tune.output): through sparkml_par.store,
+    """A file of an output the project writes itself (train.output, tune.output): through sparkml_par.io.store,
     wherever it is; None when it is not there."""
     try:
         return Store(url).read_bytes(name)
@@ -167,13 +162,13 @@ def _stored_json(url: str, name: str) -> Optional[Any]:
 
 
 def _under(url: str, *parts: str) -> Optional[Path]:
-    root = local_path(url)
+    root = readable_path(url)
     return None if root is None else root.joinpath(*parts)
 
 
 def _absent(url: str, what: str) -> str:
     """Why a section has nothing to show: the stage did not run there, or the output is not readable here."""
-    if local_path(url) is None:
+    if readable_path(url) is None:
         return f"{what} {url!r} is not a local or mounted path; the report reads stage outputs with plain file I/O."
     return f"{NOT_RUN}: no {what} at {url}."
 
@@ -437,7 +432,7 @@ def _scoring_section(cfg: Config, plots: _Plots) -> Section:
             )
         )
         label = _label_column(cfg, scored)
-        sample = _prediction_sample(local_path(cfg.score.output), label)
+        sample = _prediction_sample(readable_path(cfg.score.output), label)
         if sample is not None:
             parts.append(_img(_plot_residuals(*sample, plots), "residuals against predictions"))
             parts.append(_p(f"residual plot of {len(sample[0])} sampled rows (at most {PREDICTION_SAMPLE})"))
@@ -632,7 +627,7 @@ def _remove_stale_plots(directory: Path, written: list[str]) -> None:
 def _stage_work(run: Run, _resume: bool):
     index = write_report(run.run_dir.dir, run.cfg)
     run.tracker.log_artifact(run.stage_run, index.parent, REPORT_DIR)
-    dataset = local_path(run.cfg.data.output)
+    dataset = readable_path(run.cfg.data.output)
     if dataset is not None and run.stage_run is not None:  # the manifest is read only to be tracked
         manifest = _read_json(dataset / MANIFEST) or {}
         for name in (MANIFEST, manifest.get(MANIFEST_PROFILE) or PROFILE):

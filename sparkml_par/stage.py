@@ -15,7 +15,7 @@ import json
 from typing import Any, Callable, Optional
 
 from sparkml_par.config import Config, load_config
-from sparkml_par.store import WorkingCopy, local_file
+from sparkml_par.io.store import WorkingCopy, local_file
 
 
 @dataclasses.dataclass

@@ -29,10 +29,10 @@ from importlib.metadata import version as _package_version
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from sparkml_par import atomic
 from sparkml_par.config import Config, TrackingConfig
 from sparkml_par.errors import SparkmlParError
-from sparkml_par.store import local_file
+from sparkml_par.io import local_files
+from sparkml_par.io.store import local_file
 
 log = logging.getLogger("sparkml_par.tracking")
 
@@ -266,7 +266,7 @@ class Tracker:
 
         from data_prep.featurize import export_fitted
         from sparkml_par.infer.mlflow_model import ARTIFACT, FEATURES, ArtifactModel
-        from sparkml_par.store import Store
+        from sparkml_par.io.store import Store
         from sparkml_par.train.artifact import load_model_artifact
 
         _, description = load_model_artifact(artifact_url)
@@ -356,7 +356,7 @@ class Tracker:
         self.failures.append(f"{what} ({_first_line(exc)})")
 
     def _save(self) -> None:
-        atomic.write_text(self._state_path, json.dumps(self._state, indent=2))
+        local_files.write_text(self._state_path, json.dumps(self._state, indent=2))
 
 
 def _version(package: str) -> str:

@@ -1,15 +1,15 @@
-"""Local writes that appear complete or not at all (sparkml_par.atomic)."""
+"""Local writes that appear complete or not at all (sparkml_par.io.local_files)."""
 
 from __future__ import annotations
 
 import pytest
 
-from sparkml_par import atomic
+from sparkml_par.io import local_files
 
 
 def test_a_file_appears_only_when_its_block_ends(tmp_path):
     path = tmp_path / "sub" / "plot.png"
-    with atomic.atomic_path(path) as temp:
+    with local_files.atomic_path(path) as temp:
         assert temp.parent == path.parent and temp.suffix == ".png" and temp.name.startswith(".")
         temp.write_bytes(b"new")
         assert not path.exists()
@@ -18,9 +18,9 @@ def test_a_file_appears_only_when_its_block_ends(tmp_path):
 
 def test_a_failed_write_keeps_the_old_file_and_leaves_nothing_beside_it(tmp_path):
     path = tmp_path / "metrics.jsonl"
-    atomic.write_text(path, "old\n")
+    local_files.write_text(path, "old\n")
     with pytest.raises(RuntimeError, match="disk full"):
-        with atomic.atomic_path(path) as temp:
+        with local_files.atomic_path(path) as temp:
             temp.write_text("half")
             raise RuntimeError("disk full")
     assert path.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["metrics.jsonl"]
@@ -44,7 +44,7 @@ def test_a_directory_is_replaced_and_the_old_one_deleted(tmp_path):
     (target / "weights.pt").write_text("old")
     staging.mkdir()
     (staging / "weights.pt").write_text("new")
-    atomic.replace_directory(staging, target)
+    local_files.replace_directory(staging, target)
     assert (target / "weights.pt").read_text() == "new" and [p.name for p in tmp_path.iterdir()] == ["model"]
 
 
@@ -53,5 +53,5 @@ def test_a_failed_directory_rename_puts_the_old_one_back(tmp_path):
     target.mkdir()
     (target / "weights.pt").write_text("old")
     with pytest.raises(FileNotFoundError):
-        atomic.replace_directory(tmp_path / "vanished-staging", target)
+        local_files.replace_directory(tmp_path / "vanished-staging", target)
     assert (target / "weights.pt").read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["model"]

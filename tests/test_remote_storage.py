@@ -1,5 +1,5 @@
 """Training, scoring and tuning with their outputs on S3: a real S3 server (moto, tests/s3_server.py), real
-barrier stages and Horovod ranks writing checkpoints and the artifact through sparkml_par.store."""
+barrier stages and Horovod ranks writing checkpoints and the artifact through sparkml_par.io.store."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from data_prep.job import prepare
 from sparkml_par.config import load_config
 from sparkml_par.contract import COMPLETE_MARKER, TRAIN_METRICS
 from sparkml_par.infer import score
+from sparkml_par.io.store import Store
 from sparkml_par.pipeline import run_pipeline
-from sparkml_par.store import Store
 from sparkml_par.train.job import train
 from sparkml_par.tune.job import tune
 

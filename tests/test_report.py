@@ -323,8 +323,9 @@ def test_remote_outputs_are_named_not_read(tmp_path):
     cfg = _config(tmp_path, "data.output=hdfs:///datasets/digits")
     page = ReportPage(report.write_report(tmp_path / "run", cfg).read_text())
     assert "dataset (_manifest.json) 'hdfs:///datasets/digits' is not a local or mounted path" in page.text
-    assert report.local_path("dbfs:/runs/a") == Path("/dbfs/runs/a")
-    assert report.local_path("file:///tmp/x") == Path("/tmp/x")
+    assert report.readable_path("dbfs:/runs/a") == Path("/dbfs/runs/a")
+    assert report.readable_path("file:///tmp/x") == Path("/tmp/x")
+    assert report.readable_path("s3://bucket/predictions") is None
 
 
 def test_report_command_prints_the_page_path(tmp_path, capsys):

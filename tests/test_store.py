@@ -1,4 +1,4 @@
-"""sparkml_par.store on the three kinds of URL it is given: a plain path, file://, and s3:// (a real S3 server)."""
+"""sparkml_par.io.store on the three kinds of URL it is given: a plain path, file://, and s3:// (a real S3 server)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from s3_server import refusing_server
 from sparkml_par.config import load_config
 from sparkml_par.contract import COMPLETE_MARKER
 from sparkml_par.errors import SparkmlParError
+from sparkml_par.io.store import Store, local_file, require_complete
 from sparkml_par.models.registry import build_from_spec, model_spec
 from sparkml_par.pipeline import check_outputs
-from sparkml_par.store import Store, local_file, require_complete
 from sparkml_par.train.artifact import load_model_artifact, write_model_artifact
 from sparkml_par.train.checkpoint import load_latest_checkpoint, newest_checkpoint, write_checkpoint_atomically
 
@@ -104,7 +104,7 @@ def test_an_object_store_artifact_without_its_marker_is_refused(bucket):
 WRITER = """
 import sys, torch
 from sparkml_par.train.checkpoint import write_checkpoint_atomically
-from sparkml_par.store import Store, publish_directory
+from sparkml_par.io.store import Store, publish_directory
 from pathlib import Path
 what, url, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
 if what == "checkpoint":

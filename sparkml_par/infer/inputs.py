@@ -52,7 +52,7 @@ def scoring_input(spark, df_or_path, description: dict[str, Any], source: str | 
     from data_prep.ingest import from_dataframe
     from data_prep.manifest import read_manifest
     from data_prep.score_rows import dataset_manifest, read_raw
-    from sparkml_par.storage import HadoopFs, qualify_url
+    from sparkml_par.io.hadoop import HadoopFs, qualify_url
 
     if not isinstance(df_or_path, (str, os.PathLike)):
         if FEATURES in df_or_path.columns:

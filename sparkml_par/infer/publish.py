@@ -14,7 +14,7 @@ from typing import Any
 
 from sparkml_par.contract import SCORE_METRICS
 from sparkml_par.errors import SparkmlParError
-from sparkml_par.storage import HadoopFs, clear_leftovers, qualify_url, replace_directory
+from sparkml_par.io.hadoop import HadoopFs, clear_leftovers, qualify_url, replace_directory
 
 
 def output_url(output: str) -> str:

@@ -2,7 +2,7 @@
 
 A directory with `weights.pt` (a state_dict, read back with `weights_only=True`), `model.json` (the
 registry spec plus the dataset facts scoring checks against), `metrics.json` and the `config.yaml`
-that produced it, at any URL `sparkml_par.store` opens. It is published whole (`store.publish_directory`:
+that produced it, at any URL `sparkml_par.io.store` opens. It is published whole (`store.publish_directory`:
 renamed into place on a local disk, copied in and marked complete on an object store), so a crash never
 leaves a half-written artifact where a scorer would find it.
 """
@@ -22,8 +22,8 @@ from torch import nn
 
 from sparkml_par.contract import COMPLETE_MARKER, CONFIG_COPY, MODEL_DESCRIPTION, MODEL_METRICS, WEIGHTS
 from sparkml_par.errors import SparkmlParError
+from sparkml_par.io.store import Store, publish_directory, require_complete
 from sparkml_par.models.registry import build_from_spec
-from sparkml_par.store import Store, publish_directory, require_complete
 
 
 def write_model_artifact(

@@ -2,7 +2,7 @@
 
 A checkpoint is one file, `checkpoint-00007.pt` after 7 whole epochs or `checkpoint-00007-000120.pt` 120
 batches into the 8th (a step checkpoint, with the data position to continue from), written through
-`sparkml_par.store` at any URL train.output names: complete or absent (renamed into place on a local disk
+`sparkml_par.io.store` at any URL train.output names: complete or absent (renamed into place on a local disk
 or HDFS, uploaded whole under its name on an object store), so resume finds the previous one when a write
 is killed. Files are read back with `torch.load(weights_only=True)`, which runs no pickled code; hence the
 state may hold only tensors, dicts, lists, tuples, strings, numbers, booleans and None, and RNG states are
@@ -26,7 +26,7 @@ import torch
 
 from sparkml_par.config import TrainConfig
 from sparkml_par.errors import SparkmlParError
-from sparkml_par.store import Store
+from sparkml_par.io.store import Store
 
 logger = logging.getLogger(__name__)
 

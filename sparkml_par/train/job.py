@@ -34,13 +34,13 @@ from sparkml_par.contract import (
     TRAIN_METRICS,
 )
 from sparkml_par.errors import SparkmlParError
+from sparkml_par.io.hadoop import qualify_url
+from sparkml_par.io.store import Store
 from sparkml_par.launch.slots import check_barrier_launch, concurrent_task_slots
 from sparkml_par.models.registry import build_from_spec, model_spec
 from sparkml_par.session import require_classic_session
 from sparkml_par.spark_jobs import spark_job
 from sparkml_par.stage import Run, Stage, fingerprint
-from sparkml_par.storage import qualify_url
-from sparkml_par.store import Store
 from sparkml_par.train.artifact import artifact_complete
 from sparkml_par.train.checkpoint import checkpoint_fingerprint, newest_checkpoint
 from sparkml_par.train.loop import TrainJob, train_rank

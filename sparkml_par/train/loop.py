@@ -27,10 +27,10 @@ from torch import nn
 from sparkml_par.config import TrainConfig
 from sparkml_par.contract import MODEL_DIR, TRAIN_METRICS
 from sparkml_par.errors import ConfigError
+from sparkml_par.io.store import Store
 from sparkml_par.launch import current_rank
 from sparkml_par.models.registry import build_from_spec
 from sparkml_par.parallel.staged import StagedModel
-from sparkml_par.store import Store
 from sparkml_par.train import distributed
 from sparkml_par.train.artifact import write_model_artifact
 from sparkml_par.train.checkpoint import (
@@ -57,7 +57,7 @@ class TrainJob:
     task: str
     model_spec: dict[str, Any]
     fingerprint: dict[str, Any]
-    output: str  # URL of train.output (sparkml_par.store): checkpoints, metrics.jsonl, the artifact
+    output: str  # URL of train.output (sparkml_par.io.store): checkpoints, metrics.jsonl, the artifact
     description: dict[str, Any]  # dataset facts stored in the artifact for scoring
     config_yaml: str
     use_gpu: bool = False

@@ -15,10 +15,10 @@ from typing import Any
 from sparkml_par.config import Config
 from sparkml_par.contract import MANIFEST_TASK
 from sparkml_par.errors import SparkmlParError
+from sparkml_par.io.hadoop import qualify_url
+from sparkml_par.io.store import Store, WorkingCopy, local_file
 from sparkml_par.session import require_classic_session
 from sparkml_par.stage import Run, Stage, fingerprint
-from sparkml_par.storage import qualify_url
-from sparkml_par.store import Store, WorkingCopy, local_file
 from sparkml_par.tune import report
 from sparkml_par.tune.scheduler import run_search
 from sparkml_par.tune.space import SearchSpace, check_space_fits

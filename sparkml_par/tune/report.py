@@ -16,8 +16,8 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from sparkml_par import atomic
 from sparkml_par.config import Config
+from sparkml_par.io import local_files
 from sparkml_par.tune.space import SearchSpace, apply_params
 from sparkml_par.tune.study import STALE
 
@@ -66,7 +66,7 @@ def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
 def write_table(rows: list[dict[str, Any]], output: Path) -> tuple[Path, Path]:
     """trials.json (params as a mapping) and trials.csv (one column per param, JSON text for lists)."""
     json_path, csv_path = output / "trials.json", output / "trials.csv"
-    atomic.write_text(json_path, json.dumps(rows, indent=2) + "\n")
+    local_files.write_text(json_path, json.dumps(rows, indent=2) + "\n")
     keys = list(dict.fromkeys(key for row in rows for key in row["params"]))
     columns = [
         "number",
@@ -81,7 +81,7 @@ def write_table(rows: list[dict[str, Any]], output: Path) -> tuple[Path, Path]:
         "host",
         "pid",
     ]
-    with atomic.atomic_path(csv_path) as temp, temp.open("w", newline="") as handle:
+    with local_files.atomic_path(csv_path) as temp, temp.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, columns, extrasaction="ignore")
         writer.writeheader()
         for row in rows:
@@ -100,7 +100,7 @@ def write_best_config(
         f"# Best of the trials in {path.parent}: trial {best.number}, {metric}={best.value:.6g}.\n"
         f"# Train it with: sparkml-par train {path}\n"
     )
-    atomic.write_text(path, header + best_cfg.to_yaml())
+    local_files.write_text(path, header + best_cfg.to_yaml())
     return best_cfg
 
 
@@ -136,7 +136,7 @@ def plot_scores(rows: list[dict[str, Any]], metric: str, direction: str, path: P
     axes.grid(alpha=0.3)
     if rows:
         axes.legend(loc="best")
-    with atomic.atomic_path(path) as temp:
+    with local_files.atomic_path(path) as temp:
         figure.savefig(temp)
     return path
 

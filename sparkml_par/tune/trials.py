@@ -21,8 +21,8 @@ from typing import Any
 from sparkml_par.config import Config
 from sparkml_par.contract import TRAIN_METRICS
 from sparkml_par.errors import ConfigError
+from sparkml_par.io.store import Store
 from sparkml_par.spark_jobs import BackgroundJob
-from sparkml_par.store import Store
 from sparkml_par.train.loop import TrainJob
 from sparkml_par.tune.scheduler import TrialControl
 from sparkml_par.tune.space import apply_params

@@ -1,7 +1,7 @@
 """Local files and directories that appear complete or not at all: written beside, then renamed into place.
 
 For what the project writes with plain file I/O (reports, plots, tables, metrics, run state, the model
-artifact); Hadoop-filesystem outputs have their own staging in `storage`. A rename within one directory
+artifact); Hadoop-filesystem outputs have their own staging in `hadoop`. A rename within one directory
 is atomic on a local or mounted POSIX filesystem, so a reader (or a run killed mid-write) sees the old
 file or the new one, never half of either.
 """
@@ -14,6 +14,8 @@ import shutil
 import uuid
 from pathlib import Path
 from typing import Iterator
+
+from sparkml_par.errors import SparkmlParError
 
 
 @contextlib.contextmanager
@@ -66,3 +68,29 @@ def replace_directory(staging: Path, target: Path) -> None:
         raise
     if retired is not None:
         shutil.rmtree(retired, ignore_errors=True)
+
+
+def check_writable_directory(directory: Path, setting: str) -> None:
+    """Proves that a local output directory can be created and written, without creating it: a file is made
+    and removed in the directory or its nearest existing parent, so a bad output fails before the work and
+    a refused run leaves nothing behind."""
+    existing = directory
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    try:
+        if not existing.is_dir():
+            raise NotADirectoryError(f"{existing} is a file")
+        probe = existing / f".writable-check-{uuid.uuid4().hex[:12]}"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        inside = f" (in {existing})" if existing != directory else ""
+        reason = (
+            f"{existing} is a file, not a directory"
+            if isinstance(exc, NotADirectoryError)
+            else exc.strerror or str(exc)
+        )
+        raise SparkmlParError(
+            f"cannot write to {setting} {str(directory)!r}{inside}: {reason}; "
+            f"set {setting} to a place you can create files in"
+        ) from None

@@ -11,7 +11,6 @@ import json
 import logging
 import os
 import uuid
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
@@ -135,32 +134,6 @@ def check_writable_url(spark, output_url: str, setting: str) -> None:
     """Proves that output_url's location takes a staging directory, before the work that would fill it."""
     staging = create_staging(spark, output_url, setting)
     HadoopFs(spark, staging).delete(staging)
-
-
-def check_writable_directory(directory: Path, setting: str) -> None:
-    """Proves that a local output directory can be created and written, without creating it: a file is made
-    and removed in the directory or its nearest existing parent, so a bad output fails before the work and
-    a refused run leaves nothing behind."""
-    existing = directory
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    try:
-        if not existing.is_dir():
-            raise NotADirectoryError(f"{existing} is a file")
-        probe = existing / f".writable-check-{uuid.uuid4().hex[:12]}"
-        probe.touch()
-        probe.unlink()
-    except OSError as exc:
-        inside = f" (in {existing})" if existing != directory else ""
-        reason = (
-            f"{existing} is a file, not a directory"
-            if isinstance(exc, NotADirectoryError)
-            else exc.strerror or str(exc)
-        )
-        raise SparkmlParError(
-            f"cannot write to {setting} {str(directory)!r}{inside}: {reason}; "
-            f"set {setting} to a place you can create files in"
-        ) from None
 
 
 def replace_directory(spark, staging: str, url: str, what: str) -> None:

@@ -1,7 +1,7 @@
 """Where the project's own Python code keeps files outside Spark: a directory at any URL pyarrow.fs opens.
 
 Checkpoints, the model artifact, `metrics.jsonl`, the tuning study and its tables, the report and the run
-state go through `Store`; datasets and predictions go through Spark's Hadoop filesystem (`storage`). A URL
+state go through `Store`; datasets and predictions go through Spark's Hadoop filesystem (`hadoop`). A URL
 is a plain path or `file://` (the local filesystem, or a mount every executor shares), `s3://`, `gs://`,
 `hdfs://` (pyarrow's own filesystems), `dbfs:/` (Databricks' FUSE mount at /dbfs), or any other scheme
 fsspec knows when fsspec and its plugin are installed (`abfs://` with adlfs). Credentials come from where
@@ -31,10 +31,9 @@ from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
 
-from sparkml_par import atomic
 from sparkml_par.contract import COMPLETE_MARKER
 from sparkml_par.errors import SparkmlParError
-from sparkml_par.storage import check_writable_directory
+from sparkml_par.io import local_files
 
 OBJECT_STORE_SCHEMES = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl"})
 
@@ -125,7 +124,7 @@ class Store:
         """Complete or absent: renamed into place where the filesystem renames, uploaded whole elsewhere."""
         if self.local is not None:
             path = self.local / name
-            with atomic.atomic_path(path) as temp:
+            with local_files.atomic_path(path) as temp:
                 with open(temp, "wb") as handle:
                     handle.write(data)
                     handle.flush()
@@ -168,7 +167,7 @@ class Store:
     def check_writable(self, setting: str) -> None:
         """Proves, before the work, that files can be written here; one error naming the URL and the fix."""
         if self.local is not None:
-            check_writable_directory(self.local, setting)
+            local_files.check_writable_directory(self.local, setting)
             return
         bucket = self.root.split("/", 1)[0]
         try:
@@ -244,14 +243,14 @@ def publish_directory(staging: Path, target: Store) -> None:
     """Makes a finished local directory the content of target, never half of one; the caller removes
     staging once this returns or fails (on a local disk it is renamed away).
 
-    Local: staging is a sibling of target, renamed onto it (see `atomic.replace_directory`). Elsewhere:
+    Local: staging is a sibling of target, renamed onto it (see `local_files.replace_directory`). Elsewhere:
     uploaded to a staging prefix first (the slow part; a killed upload leaves target as it was), then
     target's marker is removed, the files are copied into target, the ones it no longer has are deleted,
     and the marker is written last.
     """
     (staging / COMPLETE_MARKER).write_text(uuid.uuid4().hex)
     if target.local is not None:
-        atomic.replace_directory(staging, target.local)
+        local_files.replace_directory(staging, target.local)
         return
     _delete_leftover_uploads(target)
     upload = Store(f"{target.url}.tmp-{uuid.uuid4().hex[:12]}")
