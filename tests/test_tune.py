@@ -1,6 +1,6 @@
-"""Hyperparameter search without Spark: the space, the study's ask/tell bookkeeping, the scheduler.
+"""Hyperparameter search without Spark: the space, the study's ask/tell bookkeeping, the search loop.
 
-The scheduler and study here are the ones the Spark search uses; only `evaluate` is a plain function.
+The search loop and study here are the ones the Spark search uses; only `evaluate` is a plain function.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pytest
 
 from sparkml_par.config import Config, ParamSpace, TuneConfig, load_config
 from sparkml_par.errors import ConfigError, SparkmlParError
-from sparkml_par.tune import report
-from sparkml_par.tune.scheduler import run_search
+from sparkml_par.tune import outputs
+from sparkml_par.tune.search_loop import run_search
 from sparkml_par.tune.space import SearchSpace, apply_params, check_space_fits
 from sparkml_par.tune.study import Search, TrialOutcome
 
@@ -160,7 +160,7 @@ def test_space_entries_load_from_yaml(tmp_path):
     assert [space.decode(p) for p in space.grid()][-1] == {"train.lr": 0.1, "train.model_args.hidden": [16, 8]}
 
 
-# --- study, scheduler ------------------------------------------------------------------------------------
+# --- study, search loop ------------------------------------------------------------------------------------
 
 
 def test_grid_search_runs_every_point_exactly_once_with_trials_in_flight():
@@ -359,11 +359,13 @@ def test_reports_hold_every_trial_and_the_best_config(tmp_path):
         return TrialOutcome("complete", score=1 - request.params["train.lr"], started=100.0, finished=102.5)
 
     run_search(search, evaluate, 1)
-    rows = report.trial_rows(search.study, search.space)
-    json_path, csv_path = report.write_table(rows, tmp_path)
+    rows = outputs.trial_rows(search.study, search.space)
+    json_path, csv_path = outputs.write_table(rows, tmp_path)
     cfg = load_config(None, ["train.num_proc=4", "train.output=/models/best"])
-    report.write_best_config(cfg, report.best_trial(search.study), search.space, "val_accuracy", tmp_path / "best.yaml")
-    plot = report.plot_scores(rows, "val_accuracy", "maximize", tmp_path / "scores.png")
+    outputs.write_best_config(
+        cfg, outputs.best_trial(search.study), search.space, "val_accuracy", tmp_path / "best.yaml"
+    )
+    plot = outputs.plot_scores(rows, "val_accuracy", "maximize", tmp_path / "scores.png")
 
     table = list(csv.DictReader(csv_path.open()))
     assert [(r["number"], r["status"], r["train.lr"], r["train.model_args.hidden"]) for r in table] == [

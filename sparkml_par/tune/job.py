@@ -19,8 +19,8 @@ from sparkml_par.io.hadoop import qualify_url
 from sparkml_par.io.store import Store, WorkingCopy, local_file
 from sparkml_par.session import require_classic_session
 from sparkml_par.stage import Run, Stage, fingerprint
-from sparkml_par.tune import report
-from sparkml_par.tune.scheduler import run_search
+from sparkml_par.tune import outputs
+from sparkml_par.tune.search_loop import run_search
 from sparkml_par.tune.space import SearchSpace, check_space_fits
 from sparkml_par.tune.study import Search
 from sparkml_par.tune.trials import SparkTrials, check_metric
@@ -108,14 +108,14 @@ def tune(spark, cfg: Config) -> TuneResult:
 
 def _write_reports(search: Search, cfg: Config, out: WorkingCopy):
     """The tables, the plot and best.yaml in the workspace, then the workspace pushed to tune.output."""
-    rows = report.trial_rows(search.study, search.space)
-    report.write_table(rows, out.dir)
-    report.plot_scores(rows, cfg.tune.metric, cfg.tune.direction, out.dir / "scores.png")
-    best = report.best_trial(search.study)
+    rows = outputs.trial_rows(search.study, search.space)
+    outputs.write_table(rows, out.dir)
+    outputs.plot_scores(rows, cfg.tune.metric, cfg.tune.direction, out.dir / "scores.png")
+    best = outputs.best_trial(search.study)
     path = None
     if best is not None:
         path = out.dir / "best.yaml"
-        report.write_best_config(cfg, best, search.space, cfg.tune.metric, path)
+        outputs.write_best_config(cfg, best, search.space, cfg.tune.metric, path)
     out.push()
     return rows, (rows[best.number] if best is not None else None), path
 

@@ -60,7 +60,7 @@ def storage_url(output_dir: str | Path) -> str:
 class Search:
     """Asks the sampler for trials while the budget lasts and tells it each result as it arrives.
 
-    Not thread-safe: one thread (the scheduler's) makes every call.
+    Not thread-safe: one thread (the search loop's) makes every call.
     """
 
     def __init__(self, study: optuna.Study, space: SearchSpace, tune: TuneConfig):
@@ -76,7 +76,7 @@ class Search:
     @classmethod
     def open(cls, tune: TuneConfig, space: SearchSpace, output_dir: str | Path | None) -> "Search":
         """The study in output_dir/study.db, created or resumed; output_dir=None keeps it in memory."""
-        optuna.logging.set_verbosity(optuna.logging.WARNING)  # the scheduler logs each trial itself
+        optuna.logging.set_verbosity(optuna.logging.WARNING)  # the search loop logs each trial itself
         storage = None
         if output_dir is not None:
             Path(output_dir).mkdir(parents=True, exist_ok=True)

@@ -3,7 +3,7 @@
 The driver builds the trial's TrainJob (its config with the trial's params, its own directory under
 tune.output/trials/<number>), submits a job of one task in its own job group, and while it runs reads
 the trial's metrics.jsonl, which the trainer rewrites after every epoch: each new epoch's value of
-the tuned metric goes to the scheduler, which may answer "stop" (pruned, diverged); the driver then
+the tuned metric goes to the search loop, which may answer "stop" (pruned, diverged); the driver then
 cancels the job group and Spark kills the task. The task catches its own errors and returns them, so
 a failing trial is one failed record (Spark does not retry it) and the search goes on.
 """
@@ -24,7 +24,7 @@ from sparkml_par.errors import ConfigError
 from sparkml_par.io.store import Store
 from sparkml_par.spark_jobs import BackgroundJob
 from sparkml_par.train.loop import TrainJob
-from sparkml_par.tune.scheduler import TrialControl
+from sparkml_par.tune.search_loop import TrialControl
 from sparkml_par.tune.space import apply_params
 from sparkml_par.tune.study import TrialOutcome, TrialRequest
 
@@ -98,7 +98,7 @@ def score_of(result: dict[str, Any], metric: str) -> float | None:
 
 
 class SparkTrials:
-    """The scheduler's `evaluate` for Spark: one trial, one job of one task, a thread per trial."""
+    """The search loop's `evaluate` for Spark: one trial, one job of one task, a thread per trial."""
 
     def __init__(self, spark, cfg: Config, manifest: dict[str, Any], dataset_url: str, trials_url: str):
         self._sc = spark.sparkContext

@@ -1,7 +1,7 @@
 """Keeps `parallelism` trials in flight and feeds their results to the sampler as they arrive.
 
 Each trial runs in its own driver thread (for Spark: one job of one task, see `trials.py`). The
-scheduler's thread alone talks to the study: workers put their intermediate values and outcomes on
+search loop's thread alone talks to the study: workers put their intermediate values and outcomes on
 one queue, so the sampler is told a result the moment it lands and asked for the next trial at once.
 A trial that raises, diverges or is pruned becomes a failed or pruned record; the search goes on.
 """
@@ -21,7 +21,7 @@ log = logging.getLogger("sparkml_par.tune")
 
 
 class TrialControl:
-    """A running trial's line to the scheduler: report intermediate values, learn when to stop."""
+    """A running trial's line to the search loop: report intermediate values, learn when to stop."""
 
     def __init__(self, number: int, events: queue.Queue):
         self.number = number
@@ -95,11 +95,11 @@ def _evaluate_in_thread(evaluate: Evaluate, request: TrialRequest, control: Tria
     try:
         outcome = evaluate(request, control)
     except BaseException as exc:  # noqa: BLE001 - any error of one trial is that trial's result; the
-        # scheduler waits for every trial's outcome, so this thread must post one whatever happened
+        # search loop waits for every trial's outcome, so this thread must post one whatever happened
         log.debug("trial %d raised:\n%s", request.number, traceback.format_exc())
         outcome = TrialOutcome("failed", error=f"{type(exc).__name__}: {exc}", started=started, finished=time.time())
     if control.stop_reason is not None and outcome.status != "complete":
-        # The trial stopped because it was told to: its outcome is what the scheduler decided. One that
+        # The trial stopped because it was told to: its outcome is what the search loop decided. One that
         # finished all its epochs before the request reached it keeps its complete result.
         status = "pruned" if control.stop_reason == "pruned" else "failed"
         outcome = TrialOutcome(
