@@ -22,9 +22,9 @@ STAMP := $(VENV)/.setup-stamp
 
 .PHONY: setup quickstart test lint doctor bench docs clean
 
-# The driver JVM's class-data archive (sparkml_par/class_archive.py): written once per JVM and Spark install.
+# The driver JVM's class-data archive (sparkml_par/spark_runtime/class_archive.py): written once per JVM and Spark install.
 setup: $(STAMP)
-	$(PY) -m sparkml_par.class_archive
+	$(PY) -m sparkml_par.spark_runtime.class_archive
 
 # Re-runs only when the pins or the package metadata change; the Horovod wheel is cached.
 $(STAMP): $(CONSTRAINTS) constraints-build.txt setup.cfg pyproject.toml scripts/build_horovod.sh

@@ -145,7 +145,7 @@ def measure_scale(spark, base_rows: int, features: int, repeats: int, workdir: P
 def _session(master: str) -> Iterator[tuple]:
     """(SparkSession, scratch directory), both gone afterwards."""
     from sparkml_par.config import SparkConfig
-    from sparkml_par.session import get_or_create_session
+    from sparkml_par.spark_runtime.session import get_or_create_session
 
     spark, created = get_or_create_session(
         SparkConfig(master=master, app_name="sparkml_par convert benchmark", conf={"spark.driver.memory": "4g"})

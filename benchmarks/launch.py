@@ -341,7 +341,7 @@ def run(args: argparse.Namespace) -> list[dict]:
 
     baseline = _start_baseline(args, record)  # its JVM starts and warms up while ours does
     from sparkml_par.config import SparkConfig
-    from sparkml_par.session import get_or_create_session
+    from sparkml_par.spark_runtime.session import get_or_create_session
 
     spark, created = get_or_create_session(
         SparkConfig(master=f"local[{args.num_proc}]", app_name="sparkml_par launch benchmark")

@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> list[dict]:
     from data_prep.ingest import ingest
     from data_prep.job import prepare
     from sparkml_par.config import load_config
-    from sparkml_par.session import spark_session
+    from sparkml_par.spark_runtime.session import spark_session
 
     with tempfile.TemporaryDirectory(prefix="prepare-images-bench-") as tmp, PeakMemory() as memory:
         work = Path(tmp)

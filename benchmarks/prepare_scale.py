@@ -63,7 +63,7 @@ def time_prepare(spark, rows: int, columns: int, workdir: Path, run: str = "time
 
 def run(args: argparse.Namespace) -> list[dict]:
     from sparkml_par.config import load_config
-    from sparkml_par.session import spark_session
+    from sparkml_par.spark_runtime.session import spark_session
 
     rows_curve = [(args.rows * f, 32) for f in FACTORS]
     columns_curve = [(args.column_rows, c) for c in COLUMNS]

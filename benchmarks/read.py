@@ -136,7 +136,7 @@ def run(args: argparse.Namespace) -> list[dict]:
     import torch
 
     from sparkml_par.config import SparkConfig
-    from sparkml_par.session import get_or_create_session
+    from sparkml_par.spark_runtime.session import get_or_create_session
 
     with PeakMemory() as memory:
         spark, created = get_or_create_session(SparkConfig(master="local[2]", app_name="sparkml_par read benchmark"))

@@ -14,7 +14,7 @@ depend on the weights' values.
 - predict_batch_udf: pyspark's own batch-inference UDF over the same artifact's predictor, on the same
   Parquet rows and batch size, into the `noop` sink; the Spark UDF's target is >= 2x its rows/s. It runs
   in the session's Python workers, which the project's UDF has already kept from re-reading Spark's
-  archives at each task (sparkml_par.python_worker): its figure includes that fix.
+  archives at each task (sparkml_par.spark_runtime.python_worker): its figure includes that fix.
 - In process: the same artifact's predictor over the same rows held in memory as one float32
   matrix, batch by batch, with torch's default thread count (all cores) and with one thread; the
   faster of the two is the baseline of the ratios.
@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> list[dict]:
     from sparkml_par.config import SparkConfig
     from sparkml_par.infer import score
     from sparkml_par.infer.predictor import load_predictor
-    from sparkml_par.session import get_or_create_session
+    from sparkml_par.spark_runtime.session import get_or_create_session
 
     spark, created = get_or_create_session(
         SparkConfig(master=f"local[{args.cores}]", app_name="sparkml_par score benchmark")

@@ -331,7 +331,7 @@ def run(args: argparse.Namespace) -> list[dict]:
     """Measures everything and returns the table's rows; the full record goes to args.json."""
     from sparkml_par.config import SparkConfig
     from sparkml_par.models.registry import model_spec
-    from sparkml_par.session import get_or_create_session
+    from sparkml_par.spark_runtime.session import get_or_create_session
     from sparkml_par.train.loop import steps_per_epoch
 
     variants = [parse_variant(text) for text in args.mlp_variant]

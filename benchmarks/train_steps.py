@@ -162,7 +162,7 @@ def _grouped_step_phases(spark, batch: int, steps: int) -> dict[str, float]:
 def run(args: argparse.Namespace) -> list[dict]:
     from sparkml_par import launch
     from sparkml_par.config import SparkConfig
-    from sparkml_par.session import get_or_create_session
+    from sparkml_par.spark_runtime.session import get_or_create_session
 
     env_variants = {}
     for pair in args.env:

@@ -415,7 +415,7 @@ def _decode_images_udf(height: int, width: int, channels: int):
         import pandas as pd
         from PIL import Image
 
-        from sparkml_par.python_worker import prepare_worker
+        from sparkml_par.spark_runtime.python_worker import prepare_worker
 
         prepare_worker()
         features, errors = [], []
@@ -482,7 +482,7 @@ def _synthetic(spark, cfg: DataConfig, fingerprint: str) -> Ingested:
     def generate(batches):
         import pyarrow as pa
 
-        from sparkml_par.python_worker import prepare_worker
+        from sparkml_par.spark_runtime.python_worker import prepare_worker
 
         prepare_worker()
         for batch in batches:

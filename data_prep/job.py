@@ -63,8 +63,8 @@ from sparkml_par.contract import (
 )
 from sparkml_par.errors import SparkmlParError
 from sparkml_par.io import hadoop
-from sparkml_par.session import require_classic_session
-from sparkml_par.spark_jobs import BackgroundJob, JobName, current_group, spark_job
+from sparkml_par.spark_runtime.session import require_classic_session
+from sparkml_par.spark_runtime.spark_jobs import BackgroundJob, JobName, current_group, spark_job
 from sparkml_par.stage import Run, Stage, always_due, fingerprint
 
 log = logging.getLogger(__name__)
@@ -439,7 +439,7 @@ def summary(result: PrepareResult) -> str:
 
 def run(cfg: Config) -> int:
     """Entry point of `sparkml-par prepare`: builds the session, prepares the dataset, prints the summary."""
-    from sparkml_par.session import run_stage
+    from sparkml_par.spark_runtime.session import run_stage
 
     return run_stage(cfg, lambda spark: prepare(spark, cfg.data), summary)
 

@@ -299,7 +299,7 @@ def _partition_writer(urls: dict[str, str], sizes: dict[str, dict[int, list[int]
         import pyarrow.compute as pc
         from pyspark import TaskContext
 
-        from sparkml_par.python_worker import prepare_worker
+        from sparkml_par.spark_runtime.python_worker import prepare_worker
 
         prepare_worker()
         task = TaskContext.get()

@@ -1,6 +1,6 @@
 """sparkml_par: Spark data preparation, barrier-mode Horovod training of PyTorch models, Spark scoring."""
 
-from sparkml_par import petastorm_compat
+from sparkml_par.compat import petastorm_compat
 
 __version__ = "0.1.0"
 

@@ -311,7 +311,7 @@ def check_mlflow(pins: Optional[Pins], environ: Mapping[str, str] = os.environ) 
 def check_class_archive() -> CheckResult:
     """The driver JVM's class-data archive is optional: without it a fresh session starts later, loading and
     verifying Spark's classes from its jars."""
-    from sparkml_par import class_archive
+    from sparkml_par.spark_runtime import class_archive
 
     try:
         archive = class_archive.usable_archive()
@@ -321,8 +321,8 @@ def check_class_archive() -> CheckResult:
         return CheckResult(
             "class-archive",
             True,
-            "none for this JDK and Spark (optional: `python -m sparkml_par.class_archive`, which make setup "
-            "runs, writes it once; fresh sessions then start ~3 s sooner)",
+            "none for this JDK and Spark (optional: `python -m sparkml_par.spark_runtime.class_archive`, which "
+            "make setup runs, writes it once; fresh sessions then start sooner)",
         )
     return CheckResult("class-archive", True, f"the driver JVM maps Spark's classes from {archive}")
 

@@ -26,7 +26,7 @@ from sparkml_par.io.hadoop import check_writable_url, qualify_url
 from sparkml_par.io.store import Store, WorkingCopy, local_path
 from sparkml_par.progress import spark_progress
 from sparkml_par.report import STAGE as REPORT
-from sparkml_par.session import spark_session
+from sparkml_par.spark_runtime.session import spark_session
 from sparkml_par.stage import Run, Stage, StageRecord
 from sparkml_par.tracking import Tracker
 from sparkml_par.train.job import STAGE as TRAIN

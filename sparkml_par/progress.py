@@ -11,7 +11,7 @@ import logging
 import threading
 from typing import Iterator
 
-from sparkml_par.spark_jobs import open_groups
+from sparkml_par.spark_runtime.spark_jobs import open_groups
 
 log = logging.getLogger("sparkml_par.spark")
 

@@ -7,7 +7,7 @@ import time
 
 from sparkml_par import launch
 from sparkml_par.config import Config
-from sparkml_par.session import spark_session
+from sparkml_par.spark_runtime.session import spark_session
 
 log = logging.getLogger(__name__)
 

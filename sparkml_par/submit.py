@@ -5,7 +5,7 @@ spark-submit then runs the job script, and the executors, with `python3` too: fr
 environment is not activated both are some other interpreter, and the submit fails before Spark starts.
 This wrapper names the interpreter it runs under (unless the user named one), starts the driver JVM
 with the project's log4j2 config (Spark's INFO start-up lines stay out of the console) and, on a local
-master, the parallel garbage collector (sparkml_par.session.driver_submit_opts), and runs pyspark's
+master, the parallel garbage collector (sparkml_par.spark_runtime.session.driver_submit_opts), and runs pyspark's
 spark-submit with the arguments unchanged.
 
 spark-submit merges a Python job's stderr into its stdout; the job points its stderr back at the JVM's
@@ -23,13 +23,13 @@ import threading
 from pathlib import Path
 from typing import NoReturn, Optional, Sequence
 
-from sparkml_par.session import LOOPBACK, driver_submit_opts, is_local_master, use_driver_log_config
+from sparkml_par.spark_runtime.session import LOOPBACK, driver_submit_opts, is_local_master, use_driver_log_config
 
 
 def submit_environment(environ: dict[str, str], args: Sequence[str]) -> dict[str, str]:
     """The environment for pyspark's spark-submit: SPARK_HOME, the Python interpreters, the driver's log4j2
-    config and, for a local master, the loopback address (as sparkml_par.session binds it) and the parallel
-    garbage collector (session.driver_submit_opts), each unless set."""
+    config and, for a local master, the loopback address (as sparkml_par.spark_runtime.session binds it) and the
+    parallel garbage collector (session.driver_submit_opts), each unless set."""
     import pyspark
 
     env = dict(environ)

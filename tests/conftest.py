@@ -9,7 +9,7 @@ import pytest
 from s3_server import ACCESS, S3Server, reserve_port
 
 from sparkml_par.config import SparkConfig
-from sparkml_par.session import get_or_create_session
+from sparkml_par.spark_runtime.session import get_or_create_session
 
 # Spark's Python workers import functions defined in test modules by name, as executors would import a
 # user's package: put the test directory on their path.

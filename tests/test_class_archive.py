@@ -5,14 +5,14 @@ import os
 import subprocess
 import sys
 
-from sparkml_par import class_archive
-from sparkml_par.session import SPARK_LOG_CONFIG
+from sparkml_par.spark_runtime import class_archive
+from sparkml_par.spark_runtime.session import SPARK_LOG_CONFIG
 
 # A fresh process: the project's session, then what its driver JVM was started with.
 _SESSION_REPORT = """
 import json
 from sparkml_par.config import SparkConfig
-from sparkml_par.session import get_or_create_session
+from sparkml_par.spark_runtime.session import get_or_create_session
 
 spark, _ = get_or_create_session(SparkConfig())
 jvm = spark.sparkContext._jvm

@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparkml_par import __version__, class_archive, cli, doctor
+from sparkml_par import __version__, cli, doctor
 from sparkml_par.config import describe, load_config
 from sparkml_par.errors import SparkmlParError
 from sparkml_par.logs import setup_logging
+from sparkml_par.spark_runtime import class_archive
 
 REPO = Path(__file__).resolve().parent.parent
 QUICKSTART = str(REPO / "conf" / "quickstart.yaml")

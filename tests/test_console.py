@@ -159,7 +159,7 @@ def test_sparks_own_task_failures_still_reach_the_console(tmp_path):
     script = tmp_path / "job.py"
     script.write_text(
         "from sparkml_par.config import SparkConfig\n"
-        "from sparkml_par.session import spark_session\n"
+        "from sparkml_par.spark_runtime.session import spark_session\n"
         "with spark_session(SparkConfig(master='local[1]')) as spark:\n"
         "    try:\n"
         "        spark.sparkContext.parallelize([1, 0], 1).map(lambda x: 1 / x).collect()\n"

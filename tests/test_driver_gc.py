@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from sparkml_par.session import THROUGHPUT_GC, driver_submit_opts
+from sparkml_par.spark_runtime.session import THROUGHPUT_GC, driver_submit_opts
 from sparkml_par.submit import submit_environment
 
 
@@ -58,7 +58,7 @@ def test_the_sessions_driver_jvm_runs_the_parallel_collector(spark):
 _USERS_COLLECTOR = """
 import json
 from sparkml_par.config import SparkConfig
-from sparkml_par.session import get_or_create_session
+from sparkml_par.spark_runtime.session import get_or_create_session
 
 spark, _ = get_or_create_session(
     SparkConfig(master="local[1]", conf={"spark.driver.extraJavaOptions": "-XX:+UseSerialGC"})

@@ -17,7 +17,7 @@ from sparkml_par.errors import SparkmlParError
 from sparkml_par.infer import score, score_job
 from sparkml_par.infer.metrics import classification_metrics
 from sparkml_par.models.registry import build_from_spec
-from sparkml_par.spark_jobs import spark_job
+from sparkml_par.spark_runtime.spark_jobs import spark_job
 from sparkml_par.train.artifact import load_model_artifact, write_model_artifact
 from sparkml_par.train.job import build_train_job, train
 

@@ -176,7 +176,7 @@ REINIT_SCRIPT = """
 import json, sys
 from sparkml_par import launch
 from sparkml_par.config import load_config
-from sparkml_par.session import spark_session
+from sparkml_par.spark_runtime.session import spark_session
 
 
 def reinit():

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkml_par import petastorm_compat
-from sparkml_par.petastorm_compat import COMPAT_SOURCE, EDITS, PetastormEditError, PetastormFinder, edit_source
+from sparkml_par.compat import petastorm_compat
+from sparkml_par.compat.petastorm_compat import COMPAT_SOURCE, EDITS, PetastormEditError, PetastormFinder, edit_source
 
 pytestmark = pytest.mark.stack
 
@@ -33,7 +33,7 @@ def test_petastorm_imports_edited_in_memory_and_its_files_stay_as_released():
         """
         import sys
         from pathlib import Path
-        from sparkml_par.petastorm_compat import PetastormFinder
+        from sparkml_par.compat.petastorm_compat import PetastormFinder
         if not any(isinstance(f, PetastormFinder) for f in sys.meta_path):
             sys.meta_path.insert(0, PetastormFinder())
         import petastorm.reader, petastorm.utils, petastorm.unischema

@@ -77,7 +77,7 @@ def test_spark_progress_names_the_active_stage_as_its_job_is_named(spark, descri
     import threading
 
     from sparkml_par.progress import describe_active_stages
-    from sparkml_par.spark_jobs import open_groups, spark_job
+    from sparkml_par.spark_runtime.spark_jobs import open_groups, spark_job
 
     sc = spark.sparkContext
     seen = []

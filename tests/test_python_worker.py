@@ -10,7 +10,7 @@ def _worker_import_state(_):
     import sys
     import zipimport
 
-    from sparkml_par.python_worker import SPARK_ARCHIVES, keep_spark_archive_caches
+    from sparkml_par.spark_runtime.python_worker import SPARK_ARCHIVES, keep_spark_archive_caches
 
     keep_spark_archive_caches()
     importers = [
@@ -44,7 +44,7 @@ def _worker_collector_state(_):
 
     import torch  # noqa: F401  (what the scoring UDF imports: ~200,000 objects)
 
-    from sparkml_par.python_worker import prepare_worker
+    from sparkml_par.spark_runtime.python_worker import prepare_worker
 
     tracked_before = len(gc.get_objects())
     prepare_worker()

@@ -10,7 +10,7 @@ import pytest
 
 from sparkml_par.config import SparkConfig
 from sparkml_par.errors import ConfigError
-from sparkml_par.session import (
+from sparkml_par.spark_runtime.session import (
     LOOPBACK,
     SPARK_LOG_CONFIG,
     _cancel_and_await_tasks,
@@ -20,7 +20,7 @@ from sparkml_par.session import (
     spark_session,
     use_driver_log_config,
 )
-from sparkml_par.spark_jobs import BackgroundJob
+from sparkml_par.spark_runtime.spark_jobs import BackgroundJob
 
 
 def test_embedded_default_binds_to_loopback(spark):
@@ -51,7 +51,7 @@ def test_column_functions_skip_pyspark_call_site_capture(spark):
 
 
 def test_active_session_is_reused_and_left_running(spark, caplog):
-    with caplog.at_level(logging.INFO, logger="sparkml_par.session"):
+    with caplog.at_level(logging.INFO, logger="sparkml_par.spark_runtime.session"):
         session, created = get_or_create_session(
             SparkConfig(master="local[3]", conf={"spark.sql.shuffle.partitions": "5"})
         )
@@ -63,7 +63,7 @@ def test_active_session_is_reused_and_left_running(spark, caplog):
     assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
 
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="sparkml_par.session"):
+    with caplog.at_level(logging.INFO, logger="sparkml_par.spark_runtime.session"):
         get_or_create_session(SparkConfig(master="local[2]", conf={"spark.sql.shuffle.partitions": "2"}))
     assert caplog.messages == []  # what was asked for is what the session has
 
@@ -153,7 +153,7 @@ def test_the_driver_starts_with_the_projects_log_config_unless_the_user_or_clust
 _OUT_OF_HEAP = """
 from sparkml_par.config import SparkConfig
 from sparkml_par.errors import SparkmlParError
-from sparkml_par.session import spark_session
+from sparkml_par.spark_runtime.session import spark_session
 
 try:
     with spark_session(SparkConfig(master="local[2]")) as spark:
@@ -189,7 +189,7 @@ import threading
 from pyspark import SparkContext
 from sparkml_par.config import SparkConfig
 from sparkml_par.errors import SparkmlParError
-from sparkml_par.session import _EXIT_WAIT_S, spark_session
+from sparkml_par.spark_runtime.session import _EXIT_WAIT_S, spark_session
 
 try:
     with spark_session(SparkConfig(master="local[1]")) as spark:
@@ -233,7 +233,7 @@ def test_only_an_error_from_a_dying_driver_jvm_waits_for_it_to_exit(spark):
     from pyspark.errors import AnalysisException
 
     from sparkml_par.errors import SparkmlParError
-    from sparkml_par.session import _driver_may_be_exiting
+    from sparkml_par.spark_runtime.session import _driver_may_be_exiting
 
     with pytest.raises(Py4JJavaError) as raw:  # a Java exception pyspark has no Python class for
         spark._jvm.java.util.ArrayList().get(5)
@@ -251,7 +251,7 @@ def test_only_an_error_from_a_dying_driver_jvm_waits_for_it_to_exit(spark):
 
 
 def test_the_out_of_heap_error_says_the_driver_runs_the_tasks_only_on_local_n():
-    from sparkml_par.session import _driver_exit_message
+    from sparkml_par.spark_runtime.session import _driver_exit_message
 
     in_process = _driver_exit_message(SparkConfig(master="local[2]"), 52)
     assert "(on a local master it also runs every task)" in in_process

@@ -1,6 +1,6 @@
 """The loopback local[N] session both baseline scripts build in their own virtual environment.
 
-The baselines run without the project installed, so they cannot use sparkml_par.session.
+The baselines run without the project installed, so they cannot use sparkml_par.spark_runtime.session.
 """
 
 import os

@@ -38,7 +38,7 @@ def predict_batches(artifact_dir: str, description: dict[str, Any], features: st
         import torch
 
         from sparkml_par.infer.predictor import cached_predictor, task_device
-        from sparkml_par.python_worker import prepare_worker
+        from sparkml_par.spark_runtime.python_worker import prepare_worker
 
         # Spark runs one Python worker per task slot: more torch threads would only compete for its cores.
         torch.set_num_threads(1)

@@ -29,8 +29,8 @@ from sparkml_par.infer import inputs, metrics, publish
 from sparkml_par.infer.arrow_predict import output_schema, predict_batches
 from sparkml_par.io.hadoop import HadoopFs, check_writable_url, qualify_url, staging_url
 from sparkml_par.io.store import Store
-from sparkml_par.session import require_classic_session
-from sparkml_par.spark_jobs import JobName, spark_job
+from sparkml_par.spark_runtime.session import require_classic_session
+from sparkml_par.spark_runtime.spark_jobs import JobName, spark_job
 from sparkml_par.stage import Run, Stage, fingerprint
 
 log = logging.getLogger("sparkml_par.infer")
@@ -216,7 +216,7 @@ def summary(result: ScoreResult) -> str:
 
 def run(cfg: Config) -> int:
     """Entry point of `sparkml-par score`."""
-    from sparkml_par.session import run_stage
+    from sparkml_par.spark_runtime.session import run_stage
 
     return run_stage(cfg, lambda spark: score_job(spark, cfg), summary)
 

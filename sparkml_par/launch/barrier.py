@@ -16,7 +16,7 @@ import json
 from sparkml_par.launch.horovod_backend import resolve_ip
 from sparkml_par.launch.rank import RankSpec, run_rank
 from sparkml_par.launch.rank_plan import build_rank_plan
-from sparkml_par.spark_jobs import BackgroundJob
+from sparkml_par.spark_runtime.spark_jobs import BackgroundJob
 
 
 def barrier_task(spec: RankSpec):

@@ -22,7 +22,7 @@ from sparkml_par.launch.rank import RankSpec
 from sparkml_par.launch.rank_plan import RankSlot
 from sparkml_par.launch.slots import check_barrier_launch, concurrent_task_slots
 from sparkml_par.launch.supervisor import Limits, supervise
-from sparkml_par.spark_jobs import current_description
+from sparkml_par.spark_runtime.spark_jobs import current_description
 
 log = logging.getLogger("sparkml_par.launch")
 
@@ -123,7 +123,7 @@ def _spark_context(spark):
     if session is None:
         raise SparkmlParError(
             "no active SparkSession for a barrier launch; build one with "
-            "sparkml_par.session.get_or_create_session(config.spark), or use mode='local'"
+            "sparkml_par.spark_runtime.session.get_or_create_session(config.spark), or use mode='local'"
         )
     return session.sparkContext
 

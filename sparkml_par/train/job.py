@@ -38,8 +38,8 @@ from sparkml_par.io.hadoop import qualify_url
 from sparkml_par.io.store import Store
 from sparkml_par.launch.slots import check_barrier_launch, concurrent_task_slots
 from sparkml_par.models.registry import build_from_spec, model_spec
-from sparkml_par.session import require_classic_session
-from sparkml_par.spark_jobs import spark_job
+from sparkml_par.spark_runtime.session import require_classic_session
+from sparkml_par.spark_runtime.spark_jobs import spark_job
 from sparkml_par.stage import Run, Stage, fingerprint
 from sparkml_par.train.artifact import artifact_complete
 from sparkml_par.train.checkpoint import checkpoint_fingerprint, newest_checkpoint
@@ -335,7 +335,7 @@ def summary(result: TrainResult) -> str:
 
 def run(cfg: Config) -> int:
     """Entry point of `sparkml-par train`."""
-    from sparkml_par.session import run_stage
+    from sparkml_par.spark_runtime.session import run_stage
 
     return run_stage(cfg, lambda spark: train(spark, cfg), summary)
 

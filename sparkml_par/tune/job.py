@@ -17,7 +17,7 @@ from sparkml_par.contract import MANIFEST_TASK
 from sparkml_par.errors import SparkmlParError
 from sparkml_par.io.hadoop import qualify_url
 from sparkml_par.io.store import Store, WorkingCopy, local_file
-from sparkml_par.session import require_classic_session
+from sparkml_par.spark_runtime.session import require_classic_session
 from sparkml_par.stage import Run, Stage, fingerprint
 from sparkml_par.tune import outputs
 from sparkml_par.tune.search_loop import run_search
@@ -166,7 +166,7 @@ def summary(result: TuneResult, metric: str) -> str:
 
 def run(cfg: Config) -> int:
     """Entry point of `sparkml-par tune`."""
-    from sparkml_par.session import run_stage
+    from sparkml_par.spark_runtime.session import run_stage
 
     return run_stage(cfg, lambda spark: tune(spark, cfg), lambda result: summary(result, cfg.tune.metric))
 

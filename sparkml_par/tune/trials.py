@@ -22,7 +22,7 @@ from sparkml_par.config import Config
 from sparkml_par.contract import TRAIN_METRICS
 from sparkml_par.errors import ConfigError
 from sparkml_par.io.store import Store
-from sparkml_par.spark_jobs import BackgroundJob
+from sparkml_par.spark_runtime.spark_jobs import BackgroundJob
 from sparkml_par.train.loop import TrainJob
 from sparkml_par.tune.search_loop import TrialControl
 from sparkml_par.tune.space import apply_params

@@ -11,7 +11,7 @@ import tempfile
 from sparkml_par import launch
 from sparkml_par.config import SparkConfig
 from sparkml_par.errors import SparkmlParError
-from sparkml_par.session import get_or_create_session
+from sparkml_par.spark_runtime.session import get_or_create_session
 
 
 def describe_rank():

@@ -6,7 +6,7 @@ application class-data sharing) and map them at the next start (`-XX:SharedArchi
 fresh session that loading and verifying at its start and in its first job. Nothing changes once the JVM
 runs: the same classes, compiled by the same JIT.
 
-`python -m sparkml_par.class_archive` (run by `make setup`) writes the archive once for this JVM and this
+`python -m sparkml_par.spark_runtime.class_archive` (run by `make setup`) writes the archive once for this JVM and this
 Spark installation: it runs a small prepare in a session of its own and keeps what its JVM loaded. The
 archive's name holds a digest of the JVM's files and of Spark's jars, their directory, sizes and modification
 times (HotSpot maps an archive only for the class path it was written with, and checks each jar's size and
@@ -116,7 +116,7 @@ _WORKLOAD = textwrap.dedent(
     from pyspark import SparkContext
     from data_prep.job import prepare
     from sparkml_par.config import load_config
-    from sparkml_par.session import get_or_create_session
+    from sparkml_par.spark_runtime.session import get_or_create_session
 
     work = sys.argv[1]
     cfg = load_config(None, ["data.source=synthetic", "data.synthetic.rows=400", f"data.output={work}/dataset"])
@@ -192,7 +192,8 @@ def main() -> int:
         path = write_archive()
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
         print(
-            f"sparkml_par.class_archive: no archive written, Spark's driver JVM starts without one: {exc}",
+            f"sparkml_par.spark_runtime.class_archive: no archive written, Spark's driver JVM starts without one: "
+            f"{exc}",
             file=sys.stderr,
         )
         return 0

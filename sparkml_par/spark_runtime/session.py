@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, MutableMapping, Optional
 
-from sparkml_par.class_archive import use_class_archive
 from sparkml_par.config import SparkConfig
 from sparkml_par.errors import ConfigError, SparkmlParError
+from sparkml_par.spark_runtime.class_archive import use_class_archive
 
 log = logging.getLogger(__name__)
 

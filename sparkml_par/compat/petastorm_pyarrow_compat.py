@@ -1,5 +1,5 @@
 """Legacy pyarrow API used by petastorm, reimplemented on pyarrow >= 15: loaded as `petastorm.pyarrow_compat` by
-the import hook of sparkml_par.petastorm_compat, and never imported by the project itself.
+the import hook of sparkml_par.compat.petastorm_compat, and never imported by the project itself.
 
 pyarrow 15 removed ``pyarrow.filesystem`` (``LocalFileSystem``, ``pyarrow.localfs``), ``pyarrow.hdfs`` and the
 legacy ``pyarrow.parquet.ParquetDataset`` (``validate_schema=``, ``metadata_nthreads=``, ``.pieces``,
