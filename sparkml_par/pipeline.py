@@ -78,7 +78,7 @@ def run_pipeline(
     run_dir = open_run_directory(cfg) if own else run_dir
     try:
         check_writable_url(spark, qualify_url(cfg.score.output), "score.output")
-        (run_dir.dir / CONFIG_COPY).write_text(cfg.to_yaml())
+        local_files.write_text(run_dir.dir / CONFIG_COPY, cfg.to_yaml())
         state = RunState(run_dir.dir)
         forced = set(STAGES[STAGES.index(cfg.output.from_stage) :]) if cfg.output.from_stage else set()
         stages = [stage for stage in PIPELINE if stage.name != "tune" or cfg.tune.space]

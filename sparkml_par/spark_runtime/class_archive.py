@@ -31,6 +31,8 @@ import textwrap
 from pathlib import Path
 from typing import MutableMapping, Optional
 
+from sparkml_par.io import local_files
+
 # The JVM options that choose class-data sharing; a user who sets one keeps their own choice.
 _CLASS_DATA_OPTIONS = ("-Xshare", "-XX:SharedArchiveFile", "-XX:ArchiveClassesAtExit", "-XX:SharedClassListFile")
 _DUMP_TIMEOUT_S = 600
@@ -160,7 +162,8 @@ def write_archive() -> Path:
         # The archive first, then its recorded size: a reader trusts the archive only when both agree.
         os.replace(written, path)
         jars = str(spark_jars().resolve())
-        path.with_suffix(".json").write_text(json.dumps({"size": path.stat().st_size, "jars": jars}) + "\n")
+        record = json.dumps({"size": path.stat().st_size, "jars": jars}) + "\n"
+        local_files.write_text(path.with_suffix(".json"), record)
     remove_replaced_archives(path, jars)
     return path
 
