@@ -107,6 +107,13 @@ def test_a_dead_rank_whose_host_left_fails_at_once_when_the_rest_cannot_hold_the
     assert _look(3.0, lost={1: WALL}, stderr_tails={1: []}, slots=2).error is None
     decision = _look(3.0, lost={1: WALL}, stderr_tails={1: []}, slots=1)
     assert "the cluster now has 1 task slot, fewer than the ranks (host 10.0.0.2 left it?)" in str(decision.error)
+    # What a caller needs to go on with fewer ranks (train.min_proc): the slots left and when the rank was lost.
+    assert (decision.error.slots, decision.error.lost_at, decision.error.host) == (1, WALL, "10.0.0.2")
+
+
+def test_a_rank_failure_that_fewer_ranks_cannot_cure_carries_no_slots():
+    decision = _look(3.0, lost={1: WALL}, stderr_tails={1: []}, slots=1, attempt=4)
+    assert decision.error is not None and (decision.error.slots, decision.error.lost_at) == (None, None)
 
 
 def test_ranks_missing_from_the_rendezvous_are_named_when_it_times_out():
