@@ -302,11 +302,19 @@ def _training_section(cfg: Config, plots: _Plots) -> Section:
     parts.append("<h3>Per epoch</h3>" + _table(keys, [[_fmt(r.get(k)) for k in keys] for r in history]))
     events = [event for r in history for event in r.get("interruptions", [])]
     if events:
-        columns = ["epoch", "reason", "ranks_before", "ranks_after", "steps_repeated", "seconds_to_training"]
+        columns = [
+            "epoch",
+            "reason",
+            "ranks_before",
+            "ranks_after",
+            "steps_repeated",
+            "seconds_to_training",
+            "checkpoint",
+        ]
         parts.append(
             "<h3>Resizes and preemptions</h3>"
             + _p("Training stopped at a checkpoint and went on from it, on these ranks.")
-            + _table([*columns, "checkpoint"], [[_fmt(e.get(k)) for k in [*columns, "checkpoint"]] for e in events])
+            + _table(columns, [[_fmt(e.get(k)) for k in columns] for e in events])
         )
     test = model_metrics.get("test") or {}
     parts.append(

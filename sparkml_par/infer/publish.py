@@ -24,12 +24,16 @@ def output_url(output: str) -> str:
 def check_output(spark, url: str) -> None:
     """Refuses to replace anything but an earlier run's predictions (recognised by their metrics file)."""
     clear_leftovers(spark, url)
-    fs = HadoopFs(spark, url)
-    if fs.exists(url) and not fs.exists(f"{url}/{SCORE_METRICS}"):
+    if HadoopFs(spark, url).exists(url) and not published(spark, url):
         raise SparkmlParError(
             f"score.output {url!r} already exists and holds no predictions (no {SCORE_METRICS}); "
             f"choose another score.output or remove it"
         )
+
+
+def published(spark, url: str) -> bool:
+    """Predictions are at url, complete: their metrics file is renamed into place with them."""
+    return HadoopFs(spark, url).exists(f"{url}/{SCORE_METRICS}")
 
 
 def write_metrics_file(spark, staging: str, payload: dict[str, Any]) -> None:

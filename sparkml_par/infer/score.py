@@ -27,7 +27,7 @@ from sparkml_par.contract import (
 from sparkml_par.errors import SparkmlParError
 from sparkml_par.infer import inputs, metrics, publish
 from sparkml_par.infer.arrow_predict import output_schema, predict_batches
-from sparkml_par.io.hadoop import HadoopFs, check_writable_url, qualify_url, staging_url
+from sparkml_par.io.hadoop import check_writable_url, staging_url
 from sparkml_par.io.store import Store
 from sparkml_par.spark_runtime.session import require_classic_session
 from sparkml_par.spark_runtime.spark_jobs import JobName, spark_job
@@ -226,14 +226,9 @@ def _stage_work(run: Run, _resume: bool):
     return result.output, {"rows": result.rows, "metrics": result.metrics}
 
 
-def _published(spark, url: str) -> bool:
-    """Predictions are complete once their metrics file is there (publish.py renames it in with them)."""
-    return HadoopFs(spark, url).exists(f"{url}/{SCORE_METRICS}")
-
-
 STAGE = Stage(
     "score",
     lambda run: fingerprint(asdict(run.cfg.score), run.records["train"].fingerprint),
-    lambda run: _published(run.spark, qualify_url(run.cfg.score.output)),
+    lambda run: publish.published(run.spark, publish.output_url(run.cfg.score.output)),
     _stage_work,
 )

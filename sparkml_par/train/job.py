@@ -205,7 +205,9 @@ def train(spark, cfg: Config, on_epoch: Callable[[dict[str, Any]], None] | None 
         stopped = results[0].get("stopped")
         if stopped is None:
             break
-        wanted = stopped["wanted"] if stopped["reason"] == "grow" else _ranks_now(spark, cfg, ranks, min_proc)
+        wanted = (
+            stopped["wanted"] if stopped["reason"] == "grow" else _ranks_now(spark, cfg, job.shards, ranks, min_proc)
+        )
         log.warning(
             "the ranks stopped after step %d (%s) at a checkpoint: training goes on with %d ranks (%d before)",
             stopped["step"],
@@ -226,12 +228,12 @@ def train(spark, cfg: Config, on_epoch: Callable[[dict[str, Any]], None] | None 
     )
 
 
-def _ranks_now(spark, cfg: Config, ranks: int, min_proc: int) -> int:
-    """After a preemption: the ranks the cluster holds now (the preempted executor may be gone), at least
-    min_proc (the launch then waits for slots as any launch does)."""
-    if cfg.train.launcher != "barrier" or min_proc >= ranks:
+def _ranks_now(spark, cfg: Config, shards: int, ranks: int, min_proc: int) -> int:
+    """After a preemption: the ranks the cluster holds now (the preempted executor may be gone), up to one per
+    stream of the train split and at least min_proc (the launch then waits for slots as any launch does)."""
+    if cfg.train.launcher != "barrier" or min_proc >= shards:
         return ranks
-    return max(min_proc, min(cfg.train.num_proc or ranks, concurrent_task_slots(spark.sparkContext)))
+    return max(min_proc, min(shards, concurrent_task_slots(spark.sparkContext)))
 
 
 def _training_failed(

@@ -125,7 +125,7 @@ class Trainer:
         self.stopper = EarlyStopping.from_config(cfg.early_stopping)
         self.scaler = torch.amp.GradScaler("cuda") if cfg.precision == "fp16" else None
         self.output = Store(job.output)
-        self.resumed: dict[str, Any] | None = None  # the checkpoint resumed from: url, step, ranks
+        self.resumed: dict[str, Any] | None = None  # the checkpoint resumed from: url, step
         self.state = self._resume()
         distributed.broadcast_training_state(self.base, self.optimizer)
 
@@ -172,7 +172,7 @@ class Trainer:
                 return self._fit()
         except Exception:
             # Where the ranks that noticed a lost peer were: the driver counts the steps a resume repeats.
-            _report({"failed_at_step": self.state.global_step, "time": time.time()})
+            _report({"failed_at_step": self.state.global_step})
             raise
 
     def _fit(self) -> dict[str, Any]:
@@ -385,7 +385,6 @@ class Trainer:
                 # Absent from checkpoints of versions without step checkpoints and resizes.
                 "epoch_sums": checkpoint.get("epoch_sums"),
                 "interruptions": checkpoint.get("interruptions", []),
-                "ranks": checkpoint.get("ranks", self.size),
             },
             "resume_state",
         )
@@ -437,7 +436,6 @@ class Trainer:
                 "scaler": self.scaler.state_dict() if self.scaler is not None else {},
                 "rng": rng,
                 "epoch_sums": epoch_sums,
-                "ranks": self.size,
                 "interruptions": state.interruptions,
             },
             keep=self.cfg.keep_checkpoints,
