@@ -1,10 +1,11 @@
-"""The Spark ML feature pipeline: built from the train split only, saved with the dataset, reused by scoring.
+"""The Spark ML feature pipeline: built from statistics of the train split only, kept as numbers, reused by scoring.
 
 Tabular inputs go through a copy of the columns under plain names (and date parts) -> imputer -> string
 indexer (the kept categories; the rest, and unseen ones, are <other>) -> one-hot -> vector assembler ->
 standard scaler (each as configured); the result becomes the `features` column as a float32 array. Inputs
 that arrive as one numeric vector (digits, images, synthetic) need no pipeline and pass through unchanged.
-Every step is a stage of the saved PipelineModel, so scoring repeats it exactly.
+Every step is a stage of a PipelineModel made from numbers (the recipe) that the dataset's manifest keeps,
+so scoring builds the same pipeline and repeats it exactly, with no saved model to read.
 """
 
 from __future__ import annotations
@@ -45,9 +46,12 @@ def plain_names(names: list[str]) -> dict[str, str]:
 
 @dataclass
 class FittedPipeline:
-    """The fitted feature pipeline and, per text feature, its distinct values in train and how many it keeps."""
+    """The fitted feature pipeline; the numbers it was built from (`build_pipeline` makes the same pipeline
+    from them again: the manifest keeps them, and scoring builds it from there); and per text feature its
+    distinct values in train and how many it keeps."""
 
     model: Any
+    recipe: dict[str, Any]
     categories: dict[str, dict[str, int]]
 
 
@@ -55,14 +59,11 @@ def fit_feature_pipeline(train_df, specs: list[ColumnSpec], cfg: FeaturizeConfig
     """Builds the configured stages from statistics of the train split (never of validation or test rows).
 
     Fitting stage by stage reads the train rows once per estimator; here one aggregate gives every number
-    column's count, mean, variance and median and one grouped count gives every text column's categories, and
-    the stages are made from them: the string indexer from its labels, the one-hot encoder from the indexer's
-    column metadata, the imputer fitted on one row of its values, and the standard scaler from the moments of
-    the assembled features (computed from those of each column and category).
+    column's count, mean, variance and median and one grouped count gives every text column's categories.
+    What the stages need of them is the recipe: each number's fill, each text column's kept categories, the
+    scaler's mean and standard deviation per assembled feature (from the moments of each column and
+    category, with the gaps filled).
     """
-    from pyspark.ml import PipelineModel
-    from pyspark.ml.feature import OneHotEncoder, SQLTransformer, StringIndexerModel, VectorAssembler
-
     vectors = [s.name for s in specs if s.type == "vector"]
     if vectors:
         raise SparkmlParError(
@@ -70,6 +71,88 @@ def fit_feature_pipeline(train_df, specs: list[ColumnSpec], cfg: FeaturizeConfig
             f"declare one vector column alone, or only scalar (float, int, bool, string, timestamp, date) columns"
         )
     plain = plain_names([s.name for s in specs])
+    train = _copy_stage(specs, plain).transform(train_df)
+    numbers_in = _number_inputs(specs)
+    numeric = [_number_column(n, plain) for n in numbers_in]
+    strings = [s.name for s in specs if s.type == "string"]
+    numbers = _number_statistics(train, numeric, cfg)
+    counted = _category_counts(train, [plain[name] for name in strings])
+
+    moments = []
+    for entry, name in zip(numbers_in, numeric):
+        values, mean, variance, fill = numbers.columns[name]
+        if cfg.impute != "none" and fill is None:
+            raise SparkmlParError(
+                f"data.features {entry['column']!r}: every value is missing in the train split, so there is no "
+                f"{cfg.impute} to impute; leave the column out of data.features or fill it in the input"
+            )
+        entry["fill"] = None if cfg.impute == "none" else float(fill)
+        moments.append(_filled_moments(numbers.rows, values, mean, variance, entry["fill"]))
+    kept_categories, categories = {}, {}
+    for name in strings:
+        labels = counted[plain[name]]
+        kept = labels[: cfg.max_categories] if cfg.max_categories else labels
+        kept_categories[name] = [label for label, _ in kept]
+        categories[name] = {"distinct": len(labels), "kept": len(kept)}
+        counts = [n for _, n in kept] + [numbers.rows - sum(n for _, n in kept)]  # the last: <other>, unseen
+        moments += _one_hot_moments(numbers.rows, counts) if cfg.one_hot else [_index_moments(numbers.rows, counts)]
+    _warn_cut(categories, cfg.max_categories)
+    recipe = {
+        "impute": cfg.impute,
+        "numbers": numbers_in,
+        "categories": kept_categories,
+        "one_hot": cfg.one_hot,
+        "scale": {"mean": [m for m, _ in moments], "std": [math.sqrt(v) for _, v in moments]} if cfg.scale else None,
+    }
+    return FittedPipeline(build_pipeline(train_df, specs, recipe), recipe, categories)
+
+
+def build_pipeline(df, specs: list[ColumnSpec], recipe: dict[str, Any]):
+    """The PipelineModel of a recipe (`fit_feature_pipeline`'s): copy to plain names (and date parts) ->
+    imputer -> string indexers -> one-hot encoder -> vector assembler -> standard scaler, each as the recipe
+    says, made from its numbers with no Spark job. `df` holds the raw feature columns; the one-hot encoder
+    reads the category counts from its plan's column metadata, not from its rows."""
+    from pyspark.ml import PipelineModel
+    from pyspark.ml.feature import OneHotEncoder, StringIndexerModel, VectorAssembler
+
+    spark = df.sparkSession
+    plain = plain_names([s.name for s in specs])
+    copy = _copy_stage(specs, plain)
+    stages: list[Any] = [copy]
+    numeric = [_number_column(n, plain) for n in recipe["numbers"]]
+    assembled = numeric
+    if numeric and recipe["impute"] != "none":
+        assembled = [f"{n}__imputed" for n in numeric]
+        stages.append(_imputer(spark, numeric, assembled, [n["fill"] for n in recipe["numbers"]], recipe["impute"]))
+    strings = [plain[s.name] for s in specs if s.type == "string"]
+    if strings:
+        labels = [recipe["categories"][s.name] for s in specs if s.type == "string"]
+        indexed = [f"{s}__index" for s in strings]
+        # A category outside the kept ones (rarer, or unseen in training or at scoring time) takes the index
+        # after them, <other>. One indexer per column: pyspark passes the labels of several as one
+        # rectangular array, padding the shorter lists with nulls.
+        indexers = [
+            StringIndexerModel.from_labels(kept, inputCol=name, outputCol=index, handleInvalid="keep")
+            for kept, name, index in zip(labels, strings, indexed)
+        ]
+        stages += indexers
+        if recipe["one_hot"]:
+            encoded = [f"{s}__onehot" for s in strings]
+            encoder = OneHotEncoder(inputCols=indexed, outputCols=encoded, handleInvalid="error", dropLast=False)
+            stages.append(encoder.fit(PipelineModel(stages=[copy, *indexers]).transform(df)))
+            assembled = assembled + encoded
+        else:
+            assembled = assembled + indexed
+    stages.append(VectorAssembler(inputCols=assembled, outputCol=_VECTOR))
+    if recipe["scale"] is not None:
+        stages.append(_scaler(spark, recipe["scale"]["mean"], recipe["scale"]["std"]))
+    return PipelineModel(stages=stages)
+
+
+def _copy_stage(specs: list[ColumnSpec], plain: dict[str, str]):
+    """The first stage: the feature columns copied to plain names, a timestamp or date as its parts."""
+    from pyspark.ml.feature import SQLTransformer
+
     copies, parts = [], []
     for s in specs:
         if s.type in DATETIME_PARTS:
@@ -77,56 +160,21 @@ def fit_feature_pipeline(train_df, specs: list[ColumnSpec], cfg: FeaturizeConfig
         else:
             copies.append(f"{quoted(s.name)} AS {plain[s.name]}")
     selected = copies + [f"CAST({value} AS DOUBLE) AS {name}" for value, name in parts]
-    copy = SQLTransformer(statement=f"SELECT *, {', '.join(selected)} FROM __THIS__")
-    train = copy.transform(train_df)
-    numeric = [plain[s.name] for s in specs if s.type in NUMERIC_TYPES] + [name for _, name in parts]
-    strings = [plain[s.name] for s in specs if s.type == "string"]
-    raw = {plain_name: name for name, plain_name in plain.items()}
-    numbers = _number_statistics(train, numeric, cfg)
-    counted = _category_counts(train, strings)
+    return SQLTransformer(statement=f"SELECT *, {', '.join(selected)} FROM __THIS__")
 
-    stages: list[Any] = [copy]
-    moments: list[tuple[float, float]] = []
-    assembled = []
-    if numeric and cfg.impute != "none":
-        imputed = [f"{n}__imputed" for n in numeric]
-        stages.append(_imputer(train_df.sparkSession, numeric, imputed, numbers, cfg, raw))
-        assembled += imputed
-    else:
-        assembled += numeric
-    moments += [_filled_moments(numbers.rows, *numbers.columns[n]) for n in numeric]
-    categories = {}
-    if strings:
-        indexed = [f"{s}__index" for s in strings]
-        kept_labels = []
-        for name in strings:
-            labels = counted[name]
-            kept = labels[: cfg.max_categories] if cfg.max_categories else labels
-            kept_labels.append([label for label, _ in kept])
-            categories[raw[name]] = {"distinct": len(labels), "kept": len(kept)}
-            counts = [n for _, n in kept] + [numbers.rows - sum(n for _, n in kept)]  # the last: <other>, unseen
-            moments += _one_hot_moments(numbers.rows, counts) if cfg.one_hot else [_index_moments(numbers.rows, counts)]
-        # Most frequent first; a category outside the kept ones (rarer, or unseen in training or at scoring
-        # time) takes the index after them, <other>. One indexer per column: pyspark passes the labels of
-        # several as one rectangular array, padding the shorter lists with nulls.
-        indexers = [
-            StringIndexerModel.from_labels(labels, inputCol=name, outputCol=index, handleInvalid="keep")
-            for labels, name, index in zip(kept_labels, strings, indexed)
-        ]
-        stages += indexers
-        if cfg.one_hot:
-            encoded = [f"{s}__onehot" for s in strings]
-            # The indexers' metadata gives each column's categories, <other> the last: no pass over the rows.
-            encoder = OneHotEncoder(inputCols=indexed, outputCols=encoded, handleInvalid="error", dropLast=False)
-            stages.append(encoder.fit(PipelineModel(stages=indexers).transform(train)))
-            assembled += encoded
-        else:
-            assembled += indexed
-        _warn_cut(categories, cfg.max_categories)
-    stages.append(VectorAssembler(inputCols=assembled, outputCol=_VECTOR))
-    if cfg.scale:
-        stages.append(_scaler(train_df.sparkSession, moments))
-    return FittedPipeline(PipelineModel(stages=stages), categories)
+
+def _number_inputs(specs: list[ColumnSpec]) -> list[dict[str, Any]]:
+    """The pipeline's number inputs in order: the number columns, then each timestamp's or date's parts."""
+    numbers = [{"column": s.name} for s in specs if s.type in NUMERIC_TYPES]
+    return numbers + [
+        {"column": s.name, "part": part} for s in specs if s.type in DATETIME_PARTS for part in DATETIME_PARTS[s.type]
+    ]
+
+
+def _number_column(entry: dict[str, Any], plain: dict[str, str]) -> str:
+    """A number input's column inside the pipeline."""
+    name = plain[entry["column"]]
+    return f"{name}__{entry['part']}" if "part" in entry else name
 
 
 @dataclass
@@ -137,9 +185,10 @@ class _NumberStatistics:
     columns: dict[str, tuple[int, float | None, float | None, float | None]]
 
 
-# Spark ML's scaler model, made from its values through its (package-private) constructor, the same from Spark
-# 3.5 to 4.3: pyspark makes it only by fitting, a Spark job over rows that hold those values.
+# Spark ML's models made from their values through their (package-private) constructors, the same from Spark
+# 3.5 to 4.3: pyspark makes them only by fitting, a Spark job over rows that hold those values.
 _JAVA_SCALER = "org.apache.spark.ml.feature.StandardScalerModel"
+_JAVA_IMPUTER = "org.apache.spark.ml.feature.ImputerModel"
 
 # Imputer's default relative error for its approximate median (1 / 0.001).
 _MEDIAN_ACCURACY = 1000
@@ -189,26 +238,17 @@ def _category_counts(train, strings: list[str]) -> dict[str, list[tuple[str, int
     return {name: sorted(values, key=lambda v: (-v[1], v[0])) for name, values in counted.items()}
 
 
-def _imputer(spark, numeric: list[str], imputed: list[str], numbers: _NumberStatistics, cfg, raw: dict[str, str]):
-    """The imputer of the train split's medians (or means), fitted on one row of them: as that row's mean,
-    which is the row (a median would run Spark's quantile job for it), then given the configured strategy,
-    which the saved imputer records. (Its constructor differs between Spark versions; fitting does not.)"""
-    from pyspark.ml.feature import Imputer
-    from pyspark.sql.types import DoubleType, StructField, StructType
+def _imputer(spark, numeric: list[str], imputed: list[str], fills: list[float], strategy: str):
+    """Spark ML's imputer model of these fills, made through its (package-private) constructor, the same
+    from Spark 3.5 to 4.3, as its fit makes it: with a one-row frame of them, here an inline table, which
+    the model reads without a Spark job (a fit runs one)."""
+    from pyspark.ml.feature import ImputerModel
 
-    fills = []
-    for name in numeric:
-        fill = numbers.columns[name][3]
-        if fill is None:
-            shown = raw.get(name.split("__")[0], name)
-            raise SparkmlParError(
-                f"data.features {shown!r}: every value is missing in the train split, so there is no "
-                f"{cfg.impute} to impute; leave the column out of data.features or fill it in the input"
-            )
-        fills.append(float(fill))
-    row = spark.createDataFrame([tuple(fills)], StructType([StructField(n, DoubleType()) for n in numeric]))
-    model = Imputer(inputCols=numeric, outputCols=imputed, strategy="mean").fit(row)
-    model.set(model.strategy, cfg.impute)
+    values = ", ".join(f"CAST({float(fill)!r} AS DOUBLE)" for fill in fills)
+    surrogate = spark.sql(f"SELECT * FROM VALUES ({values}) AS fills({', '.join(numeric)})")
+    model = ImputerModel._create_from_java_class(_JAVA_IMPUTER, _uid(spark, "imputer"), surrogate._jdf)
+    model.setInputCols(numeric).setOutputCols(imputed)
+    model.set(model.strategy, strategy)  # recorded with the model: how its gaps are filled
     return model
 
 
@@ -236,8 +276,8 @@ def _index_moments(rows: int, counts: list[int]) -> tuple[float, float]:
     return mean, m2 / (rows - 1) if rows > 1 else 0.0
 
 
-def _scaler(spark, moments: list[tuple[float, float]]):
-    """The standard scaler of these (mean, sample variance) per assembled feature: Spark ML's model made
+def _scaler(spark, mean: list[float], std: list[float]):
+    """The standard scaler of this mean and standard deviation per assembled feature: Spark ML's model made
     from them, as its fit makes it from the same moments, with no Spark job."""
     from pyspark.ml.feature import StandardScalerModel
 
@@ -248,9 +288,7 @@ def _scaler(spark, moments: list[tuple[float, float]]):
             array[i] = value
         return gateway.jvm.org.apache.spark.ml.linalg.Vectors.dense(array)
 
-    std = vector([math.sqrt(variance) for _, variance in moments])
-    mean = vector([m for m, _ in moments])
-    model = StandardScalerModel._create_from_java_class(_JAVA_SCALER, _uid(spark, "stdScal"), std, mean)
+    model = StandardScalerModel._create_from_java_class(_JAVA_SCALER, _uid(spark, "stdScal"), vector(std), vector(mean))
     model.setInputCol(_VECTOR).setOutputCol(_SCALED)
     model.set(model.withMean, True)
     model.set(model.withStd, True)
@@ -289,53 +327,39 @@ def transform(model, df):
     return out.withColumn(FEATURES, vector_to_array(vector, "float32")).drop(*added), size
 
 
-def apply_fitted(df, pipeline_url: str | None, specs: list[ColumnSpec]):
-    """`df` (validated, typed rows) with the `features` column: through the fitted pipeline saved at
-    pipeline_url, or, for an input that is one numeric vector, that vector as float32."""
+def apply_fitted(df, pipeline: dict | str | None, specs: list[ColumnSpec], dataset_url: str | None = None):
+    """`df` (validated, typed rows) with the `features` column: through the pipeline of the dataset's recipe
+    (the manifest's `feature_pipeline`), or, for an input that is one numeric vector (None), that vector as
+    float32. A dataset prepared before the recipe was recorded names its saved pipeline's directory instead."""
     from pyspark.ml import PipelineModel
 
-    if pipeline_url is None:
+    if pipeline is None:
         (spec,) = specs
         return df.withColumn(FEATURES, column(spec.name).cast("array<float>"))
-    return transform(PipelineModel.load(pipeline_url), df)[0]
+    if isinstance(pipeline, str):
+        return transform(PipelineModel.load(f"{dataset_url}/{pipeline}"), df)[0]
+    return transform(build_pipeline(df, specs, pipeline), df)[0]
 
 
-def export_fitted(pipeline_url: str | None, raw_types: dict[str, str]) -> dict | None:
-    """The fitted pipeline as plain numbers, to apply without Spark (the MLflow model of an artifact): the
+def export_fitted(pipeline: dict | str | None, raw_types: dict[str, str]) -> dict | None:
+    """The feature pipeline as plain numbers, to apply without Spark (the MLflow model of an artifact): the
     assembled columns in order, each one's imputation value, the scaler's mean and standard deviation.
 
-    None when the pipeline reads more than numbers (text, bool words, dates): the MLflow model then is not
-    logged (the notice says why).
+    None when the pipeline reads more than numbers (text, bool words, dates), or is a saved Spark ML
+    pipeline of a dataset prepared before the recipe was recorded: the MLflow model then is not logged.
     """
-    from pyspark.ml import PipelineModel
-    from pyspark.ml.feature import ImputerModel, SQLTransformer, StandardScalerModel, VectorAssembler
-
-    if pipeline_url is None:
+    if pipeline is None:
         (name,) = raw_types
         return {"vector": name}
-    if any(kind not in ("float", "int") for kind in raw_types.values()):
+    if isinstance(pipeline, str) or any(kind not in ("float", "int") for kind in raw_types.values()):
         return None
-    raw = {plain: name for name, plain in plain_names(list(raw_types)).items()}
-
-    def raw_name(column: str) -> str:
-        name = column.removesuffix("__imputed")
-        return raw.get(name, name)  # a pipeline fitted before the copy stage names the raw columns
-
-    exported: dict = {"columns": [], "impute": {}, "mean": None, "std": None}
-    for stage in PipelineModel.load(pipeline_url).stages:
-        if isinstance(stage, SQLTransformer):
-            continue  # the copy to plain names: numbers only, so no date parts
-        if isinstance(stage, ImputerModel):
-            surrogates = stage.surrogateDF.collect()[0].asDict()
-            exported["impute"] = {raw_name(c): float(surrogates[c]) for c in stage.getInputCols()}
-        elif isinstance(stage, VectorAssembler):
-            exported["columns"] = [raw_name(c) for c in stage.getInputCols()]
-        elif isinstance(stage, StandardScalerModel):
-            exported["mean"] = stage.mean.toArray().tolist() if stage.getWithMean() else None
-            exported["std"] = stage.std.toArray().tolist() if stage.getWithStd() else None
-        else:
-            return None
-    return exported
+    numbers, scale = pipeline["numbers"], pipeline["scale"]
+    return {
+        "columns": [n["column"] for n in numbers],
+        "impute": {n["column"]: n["fill"] for n in numbers if n["fill"] is not None},
+        "mean": scale["mean"] if scale else None,
+        "std": scale["std"] if scale else None,
+    }
 
 
 def apply_exported(exported: dict, frame):

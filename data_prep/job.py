@@ -21,7 +21,6 @@ from data_prep.validate import Validated, check_reject_fraction, validate
 from data_prep.write import write_splits
 from sparkml_par.config import Config, DataConfig
 from sparkml_par.contract import (
-    FEATURE_PIPELINE_DIR,
     FEATURES,
     MANIFEST_CATEGORIES,
     MANIFEST_CLASS_COUNTS,
@@ -176,9 +175,6 @@ def _build_validated(
         label_scale = _label_scale(clean, cfg) if cfg.task == "regression" else None
         fitted = _fit_pipeline(clean, v, cfg)
         model = fitted.model if fitted is not None else None
-        if model is not None:  # Spark ML saves with a small Spark job per stage: they run beside the writes
-            url = f"{staging}/{FEATURE_PIPELINE_DIR}"
-            beside.append(steps.beside("save pipeline", lambda: model.write().save(url)))
         featurized, size = _features(clean, v, model)
         steps.done("featurize", counts.splits.get("train", 0))
 
@@ -229,7 +225,7 @@ def _build_validated(
         MANIFEST_FEATURE_SHAPE: ing.feature_shape or [size],
         MANIFEST_SPLITS: splits,
         MANIFEST_MAX_SHARDS: cfg.max_shards,
-        MANIFEST_FEATURE_PIPELINE: FEATURE_PIPELINE_DIR if model is not None else None,
+        MANIFEST_FEATURE_PIPELINE: fitted.recipe if fitted is not None else None,
         MANIFEST_RAW_COLUMNS: [s.name for s in v.features],
         MANIFEST_RAW_TYPES: {s.name: s.type for s in v.features},
         MANIFEST_CATEGORIES: fitted.categories if fitted is not None else {},

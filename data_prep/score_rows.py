@@ -67,8 +67,6 @@ def score_rows(spark, ing: Ingested, manifest: dict[str, Any], dataset_url: str)
     cfg = rules(manifest)
     with reading_raw_rows(spark):  # the reason counts are collected here
         v = validate_for_scoring(ing, cfg, cfg.features)
-    pipeline = manifest.get(MANIFEST_FEATURE_PIPELINE)
-    pipeline_url = f"{qualify_url(dataset_url)}/{pipeline}" if pipeline else None
     if v.reasons:
         log.warning(
             "%d of %d rows to score fail the dataset's checks (%s); they are not scored",
@@ -77,7 +75,9 @@ def score_rows(spark, ing: Ingested, manifest: dict[str, Any], dataset_url: str)
             ", ".join(f"{reason}: {n}" for reason, n in v.reasons.items()),
         )
     return ScoringRows(
-        rows=featurize.apply_fitted(v.clean, pipeline_url, cfg.features),
+        rows=featurize.apply_fitted(
+            v.clean, manifest.get(MANIFEST_FEATURE_PIPELINE), cfg.features, qualify_url(dataset_url)
+        ),
         rejected=v.rejected,
         rows_in=v.rows_in,
         reasons=v.reasons,

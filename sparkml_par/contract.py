@@ -26,7 +26,6 @@ SPLITS = ("train", "validation", "test")
 MANIFEST = "_manifest.json"
 PROFILE = "profile.json"
 QUARANTINE_DIR = "quarantine"
-FEATURE_PIPELINE_DIR = "feature_pipeline"
 # Beside the output (a sibling): rows rejected when too many failed validation or scoring.
 REJECTED_SUFFIX = ".rejected"
 
@@ -70,7 +69,7 @@ MANIFEST_CLASS_WARNINGS = "class_warnings"  # class ids without rows and rare cl
 MANIFEST_FEATURE_SHAPE = "feature_shape"  # the model's input shape ([C, H, W] for images)
 MANIFEST_SPLITS = "splits"  # split name -> path, rows, row groups and rows per file
 MANIFEST_MAX_SHARDS = "max_shards"  # data.max_shards the row groups were laid out for
-MANIFEST_FEATURE_PIPELINE = "feature_pipeline"  # path of the fitted Spark ML pipeline inside the dataset (or null)
+MANIFEST_FEATURE_PIPELINE = "feature_pipeline"  # the feature pipeline as numbers (featurize.build_pipeline; or null)
 MANIFEST_RAW_COLUMNS = "raw_feature_columns"  # the raw columns the features are built from
 MANIFEST_RAW_TYPES = "raw_feature_types"  # their validated types
 MANIFEST_CATEGORIES = "categories"  # text feature -> its distinct values in train and how many are kept

@@ -271,11 +271,16 @@ class Tracker:
 
         _, description = load_model_artifact(artifact_url)
         raw_types = description["raw_feature_types"]
-        pipeline = description["feature_pipeline"]
-        exported = export_fitted(f"{description['dataset']}/{pipeline}" if pipeline else None, raw_types)
+        exported = export_fitted(description["feature_pipeline"], raw_types)
         if exported is None:
-            log.warning("tracking: the model is not logged as an MLflow model: its features are not all numbers")
-            self.failures.append("the MLflow model (features other than numbers)")
+            why = (
+                "its dataset's feature pipeline is a saved Spark ML model (prepared by an older version: prepare "
+                "and train again)"
+                if isinstance(description["feature_pipeline"], str)
+                else "its features are not all numbers"
+            )
+            log.warning("tracking: the model is not logged as an MLflow model: %s", why)
+            self.failures.append(f"the MLflow model ({why})")
             return False
         with tempfile.TemporaryDirectory(prefix="sparkml_par-mlflow-") as directory:
             root = Path(directory)

@@ -214,9 +214,16 @@ def test_tabular_csv_is_validated_deduplicated_and_featurized(tabular):
     assert m["rows_in"] == 402 and m["quarantine"]["reasons"] == {"out_of_range:age": 1}
     assert m["duplicates"] == 1 and sum(s["rows"] for s in m["splits"].values()) == 400
     # 3 numbers + one-hot plan and region: their seen categories, plus one for unseen ones ('keep')
-    assert m["feature_shape"] == [3 + 4 + 3] and m["feature_pipeline"] == "feature_pipeline"
+    assert m["feature_shape"] == [3 + 4 + 3]
     assert m["raw_feature_columns"] == ["age", "monthly_spend", "tenure_months", "plan", "region"]
-    assert (base / "dataset" / "feature_pipeline" / "metadata").is_dir()
+    # The pipeline as numbers: a fill per number column, the kept categories, the scaler's moments per feature;
+    # no saved Spark ML model beside the splits.
+    recipe = m["feature_pipeline"]
+    assert [n["column"] for n in recipe["numbers"]] == ["age", "monthly_spend", "tenure_months"]
+    assert all(isinstance(n["fill"], float) for n in recipe["numbers"])
+    assert [len(labels) for labels in recipe["categories"].values()] == [3, 2]
+    assert len(recipe["scale"]["mean"]) == len(recipe["scale"]["std"]) == 3 + 4 + 3
+    assert not (base / "dataset" / "feature_pipeline").exists()
     profile = json.loads((base / "dataset" / "profile.json").read_text())
     assert profile["columns"]["monthly_spend"]["nulls"] == 16 and profile["deduplicated"] is True
 

@@ -189,15 +189,14 @@ def test_exported_table_end_to_end(spark, tmp_path, scenario, caplog):
         np.testing.assert_array_equal(features[0], features[1])
     else:
         assert types["visited"] == "timestamp" and types["smoker"] == "bool" and not m["quarantine"]["reasons"]
-    # The parts a timestamp and a date become, by the dataset's own fitted pipeline (its first stage), on a
+    # The parts a timestamp and a date become, by the pipeline of the dataset's recipe (its first stage), on a
     # row of every feature column.
-    from pyspark.ml import PipelineModel
-
     specs = _specs(m)
     sample = {"timestamp": "TIMESTAMP'2013-03-03 02:02:00'", "date": "TIMESTAMP'1942-03-03 00:00:00'", "string": "'x'"}
     values = [f"{sample.get(s.type, 'CAST(0 AS double)')} AS {quoted(s.name)}" for s in specs]
-    first = PipelineModel.load(f"{dataset}/{m['feature_pipeline']}").stages[0]
-    derived = first.transform(spark.range(1).selectExpr(*values)).first().asDict()
+    row = spark.range(1).selectExpr(*values)
+    first = featurize.build_pipeline(row, specs, m["feature_pipeline"]).stages[0]
+    derived = first.transform(row).first().asDict()
     plain = featurize.plain_names([s.name for s in specs])
     # year, month, day, day of week (Sunday 1), hour; 1942-03-03 was a Tuesday.
     parts = {"visited": featurize.DATETIME_PARTS["timestamp"], "born": featurize.DATETIME_PARTS["date"]}
