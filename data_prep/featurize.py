@@ -55,12 +55,15 @@ class FittedPipeline:
     categories: dict[str, dict[str, int]]
 
 
-def fit_feature_pipeline(train_df, specs: list[ColumnSpec], cfg: FeaturizeConfig) -> FittedPipeline:
+def fit_feature_pipeline(
+    train_df, specs: list[ColumnSpec], cfg: FeaturizeConfig, counted: dict[str, list[tuple[str, int]]]
+) -> FittedPipeline:
     """Builds the configured stages from statistics of the train split (never of validation or test rows).
 
     Fitting stage by stage reads the train rows once per estimator; here one aggregate gives every number
-    column's count, mean, variance and median and one grouped count gives every text column's categories.
-    What the stages need of them is the recipe: each number's fill, each text column's kept categories, the
+    column's count, mean, variance and median, and `counted` holds each text column's values in train with
+    their rows (the caller counts them with the splits, in one aggregate). What the stages need of them is
+    the recipe: each number's fill, each text column's kept categories, the
     scaler's mean and standard deviation per assembled feature (from the moments of each column and
     category, with the gaps filled).
     """
@@ -76,7 +79,6 @@ def fit_feature_pipeline(train_df, specs: list[ColumnSpec], cfg: FeaturizeConfig
     numeric = [_number_column(n, plain) for n in numbers_in]
     strings = [s.name for s in specs if s.type == "string"]
     numbers = _number_statistics(train, numeric, cfg)
-    counted = _category_counts(train, [plain[name] for name in strings])
 
     moments = []
     for entry, name in zip(numbers_in, numeric):
@@ -90,7 +92,9 @@ def fit_feature_pipeline(train_df, specs: list[ColumnSpec], cfg: FeaturizeConfig
         moments.append(_filled_moments(numbers.rows, values, mean, variance, entry["fill"]))
     kept_categories, categories = {}, {}
     for name in strings:
-        labels = counted[plain[name]]
+        # Most frequent first, ties in text order, as Spark's StringIndexer orders them; as StringIndexer,
+        # no category for a missing value.
+        labels = sorted(((value, n) for value, n in counted.get(name, []) if value is not None), key=_by_rows)
         kept = labels[: cfg.max_categories] if cfg.max_categories else labels
         kept_categories[name] = [label for label, _ in kept]
         categories[name] = {"distinct": len(labels), "kept": len(kept)}
@@ -222,20 +226,8 @@ def _number_statistics(train, numeric: list[str], cfg: FeaturizeConfig) -> _Numb
     return _NumberStatistics(row["rows"], columns)
 
 
-def _category_counts(train, strings: list[str]) -> dict[str, list[tuple[str, int]]]:
-    """Each text column's values in train with their rows, most frequent first (ties in text order, as
-    Spark's StringIndexer orders them): one grouped count over all the columns (GROUPING SETS)."""
-    if not strings:
-        return {}
-    sets = ", ".join(f"({name})" for name in strings)
-    flags = ", ".join(f"grouping({name})" for name in strings)
-    query = f"SELECT {', '.join(strings)}, {flags}, count(1) FROM {{train}} GROUP BY GROUPING SETS ({sets})"
-    counted: dict[str, list[tuple[str, int]]] = {name: [] for name in strings}
-    for row in train.sparkSession.sql(query, train=train.select(*strings)).collect():
-        i = list(row[len(strings) : 2 * len(strings)]).index(0)  # the column this row counts a value of
-        if row[i] is not None:  # as StringIndexer, no category for a missing value
-            counted[strings[i]].append((row[i], row[-1]))
-    return {name: sorted(values, key=lambda v: (-v[1], v[0])) for name, values in counted.items()}
+def _by_rows(category: tuple[str, int]) -> tuple[int, str]:
+    return -category[1], category[0]
 
 
 def _imputer(spark, numeric: list[str], imputed: list[str], fills: list[float], strategy: str):

@@ -162,7 +162,7 @@ def _build_validated(
     beside: list[BackgroundJob] = []
     try:
         steps.begin("count splits")
-        counts = _row_counts(clean, cfg)
+        counts = _row_counts(clean, cfg, [s.name for s in v.features if s.type == "string"])
         steps.done("count splits", v.rows_clean)
         if cfg.task == "classification":
             _require_two_classes(cfg, counts.classes or {}, v.classes)
@@ -173,7 +173,7 @@ def _build_validated(
 
         steps.begin("featurize")
         label_scale = _label_scale(clean, cfg) if cfg.task == "regression" else None
-        fitted = _fit_pipeline(clean, v, cfg)
+        fitted = _fit_pipeline(clean, v, cfg, counts.categories)
         model = fitted.model if fitted is not None else None
         featurized, size = _features(clean, v, model)
         steps.done("featurize", counts.splits.get("train", 0))
@@ -242,12 +242,14 @@ def _build_validated(
 
 @dataclass
 class _RowCounts:
-    """Clean rows per split, per class of a classification label (None for regression), and per split and
-    Spark partition of the clean rows, which the writer plans each split's files from."""
+    """Clean rows per split, per class of a classification label (None for regression), per split and
+    Spark partition of the clean rows (which the writer plans each split's files from), and per value of
+    each text feature in the train split (which the feature pipeline's categories are made from)."""
 
     splits: dict[str, int]
     partitions: dict[str, dict[int, int]]
     classes: dict[str, int] | None
+    categories: dict[str, list[tuple[str, int]]]
 
 
 def _require_two_classes(cfg: DataConfig, classes: dict[str, int], names: list[str] | None) -> None:
@@ -261,41 +263,39 @@ def _require_two_classes(cfg: DataConfig, classes: dict[str, int], names: list[s
         )
 
 
-def _row_counts(clean, cfg: DataConfig) -> _RowCounts:
-    """One aggregate, of splits x partitions (+ classes) rows: for a classification label over two grouping
-    sets, (split, partition) and (label): one pass over the rows gives the splits' sizes, their partitions'
-    sizes and the classes, where separate counts would each be Spark jobs of their own."""
+def _row_counts(clean, cfg: DataConfig, texts: list[str]) -> _RowCounts:
+    """One aggregate over grouping sets: (split, partition), (label) for a classification label, and
+    (split, column) for each text feature. One pass over the rows gives the splits' sizes, their partitions'
+    sizes, the classes and the categories, where separate counts would each be Spark jobs of their own."""
     from pyspark.sql import functions as F
 
-    partition = F.spark_partition_id().alias("_partition")
-    if cfg.task != "classification":
-        rows = clean.select(SPLIT, partition).groupBy(SPLIT, "_partition").agg(F.count(F.lit(1))).collect()
-        return _RowCounts(*_per_split(rows), classes=None)
+    label = [cfg.label] if cfg.task == "classification" else []
+    columns = label + texts
+    counted = clean.select(SPLIT, F.spark_partition_id().alias("_partition"), *[column(c) for c in columns])
     # GROUPING SETS in SQL, which Spark 3.5 has (DataFrame.groupingSets is Spark 4's). Fields by position
-    # below: a label may be named "count" or "_rows"; grouping(split) is 1 in the (label) set. pyspark formats
-    # the query with {counted}, so braces of the label's name are doubled.
-    label_sql = quoted(cfg.label).replace("{", "{{").replace("}", "}}")
-    counted = clean.select(SPLIT, partition, column(cfg.label))
-    query = (
-        f"SELECT {SPLIT}, _partition, {label_sql}, grouping({SPLIT}) AS _by_label, count(1) AS _rows "
-        f"FROM {{counted}} GROUP BY GROUPING SETS (({SPLIT}, _partition), ({label_sql}))"
-    )
-    rows = clean.sparkSession.sql(query, counted=counted).collect()
-    classes = {r[2]: r[-1] for r in rows if r[-2]}
-    return _RowCounts(
-        *_per_split([r for r in rows if not r[-2]]),
-        classes={str(label): n for label, n in sorted(classes.items())},
-    )
-
-
-def _per_split(rows) -> tuple[dict[str, int], dict[str, dict[int, int]]]:
-    """Rows per split and per split and partition, from rows (split, partition, ..., count)."""
+    # below: split, partition, each column's value, each set's grouping flag (0 in its own set), the count; a
+    # column may be named "count". pyspark formats the query with {counted}, so braces of names are doubled.
+    names = [quoted(c).replace("{", "{{").replace("}", "}}") for c in columns]
+    sets = [f"({SPLIT}, _partition)"] + [f"({n})" for n in names[: len(label)]]
+    sets += [f"({SPLIT}, {n})" for n in names[len(label) :]]
+    flags = ", ".join(f"grouping({n})" for n in ["_partition", *names])
+    selected = ", ".join([SPLIT, "_partition", *names, flags, "count(1)"])
+    query = f"SELECT {selected} FROM {{counted}} GROUP BY GROUPING SETS ({', '.join(sets)})"
+    per_set: list[list] = [[] for _ in range(len(columns) + 1)]
+    for r in clean.sparkSession.sql(query, counted=counted).collect():
+        per_set[list(r[-len(columns) - 2 : -1]).index(0)].append(r)
     splits: dict[str, int] = {}
     partitions: dict[str, dict[int, int]] = {}
-    for r in rows:
+    for r in per_set[0]:
         splits[r[0]] = splits.get(r[0], 0) + r[-1]
         partitions.setdefault(r[0], {})[r[1]] = r[-1]
-    return splits, partitions
+    classes = {str(r[2]): r[-1] for r in sorted(per_set[1], key=lambda r: r[2])} if label else None
+    categories = {
+        name: [(r[2 + i], r[-1]) for r in per_set[1 + i] if r[0] == "train"]
+        for i, name in enumerate(columns)
+        if i >= len(label)
+    }
+    return _RowCounts(splits, partitions, classes, categories)
 
 
 def _write_quarantine(spark, v: Validated, cfg: DataConfig, staging: str, output: str) -> None:
@@ -324,13 +324,14 @@ def _label_scale(clean, cfg: DataConfig) -> dict[str, float] | None:
     return {"mean": float(row["mean"]), "std": float(row["std"]) if row["std"] else 1.0}
 
 
-def _fit_pipeline(clean, v: Validated, cfg: DataConfig) -> featurize.FittedPipeline | None:
-    """The feature pipeline fitted on the train split, or None when the input is one vector."""
+def _fit_pipeline(clean, v: Validated, cfg: DataConfig, categories) -> featurize.FittedPipeline | None:
+    """The feature pipeline fitted on the train split (whose text features' categories are counted), or None
+    when the input is one vector."""
     from pyspark.sql import functions as F
 
     if not featurize.needs_pipeline(v.features):
         return None
-    return featurize.fit_feature_pipeline(clean.where(F.col(SPLIT) == "train"), v.features, cfg.featurize)
+    return featurize.fit_feature_pipeline(clean.where(F.col(SPLIT) == "train"), v.features, cfg.featurize, categories)
 
 
 def _features(clean, v: Validated, model):

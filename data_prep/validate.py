@@ -335,7 +335,6 @@ def _infer_specs(df, cfg: DataConfig, raw_columns: list[str]) -> tuple[list[Colu
     (nearly) every row is an id or free text, not a feature: it is left out and said so. One aggregate over
     the first INFER_ROWS readable rows counts all of it.
     """
-    from pyspark.sql import functions as F
     from pyspark.sql.types import ArrayType, BooleanType, DateType, IntegralType, NumericType, StringType
 
     fields = [f for f in df.schema.fields if f.name in raw_columns and f.name not in (cfg.label, cfg.split.key)]
@@ -349,27 +348,13 @@ def _infer_specs(df, cfg: DataConfig, raw_columns: list[str]) -> tuple[list[Colu
                 f"data.features: column {f.name!r} is an array; declare it with "
                 f"type: vector and its size, e.g. {{name: {f.name}, type: vector, size: 64}}"
             )
-    counts = []
-    for i, f in enumerate(fields):
-        name = quoted(f.name)
-        value = F.col(name)
-        counts += [F.count(value).alias(f"values_{i}"), F.approx_count_distinct(value).alias(f"distinct_{i}")]
-        if isinstance(f.dataType, StringType):
-            number = as_number(f.name)
-            moment = F.expr(f"try_to_timestamp({name})")
-            word = F.lower(F.trim(value))
-            counts += [
-                F.count(number).alias(f"numbers_{i}"),
-                F.count(F.when(number == F.floor(number), 1)).alias(f"wholes_{i}"),
-                F.count(F.when(word.isin(*_BOOL_WORDS), 1)).alias(f"bools_{i}"),
-                F.count(moment).alias(f"moments_{i}"),
-                F.count(F.when(moment.isNotNull() & (F.length(F.trim(value)) <= 10), 1)).alias(f"dates_{i}"),
-            ]
     with naming_unreadable_files(cfg):
-        row = df.where(F.col(INGEST_ERROR).isNull()).limit(INFER_ROWS).agg(*counts).first()
+        found = _value_counts(df, fields)
+    none = {"values": 0, "distinct": 0, "numbers": 0, "wholes": 0, "bools": 0, "moments": 0, "dates": 0}
     specs, left_out = [], {}
     for i, f in enumerate(fields):
-        values, distinct = row[f"values_{i}"], row[f"distinct_{i}"]
+        row = found.get(i, none)
+        values, distinct = row["values"], row["distinct"]
         unique = values >= MIN_ROWS_UNIQUE and distinct >= UNIQUE_FRACTION * values
         dtype = f.dataType
         if isinstance(dtype, BooleanType):
@@ -381,7 +366,7 @@ def _infer_specs(df, cfg: DataConfig, raw_columns: list[str]) -> tuple[list[Colu
         elif isinstance(dtype, NumericType):
             kind = "id" if unique and isinstance(dtype, IntegralType) else "float"
         elif isinstance(dtype, StringType) and values:
-            kind = _text_kind(row, i, values, unique)
+            kind = _text_kind(row, values, unique)
         else:
             kind = "string"
         if kind == "id":
@@ -402,16 +387,40 @@ def _infer_specs(df, cfg: DataConfig, raw_columns: list[str]) -> tuple[list[Colu
     return specs, left_out
 
 
-def _text_kind(row, i: int, values: int, unique: bool) -> str:
+def _value_counts(df, fields) -> dict[int, Any]:
+    """Per field (by position), over the first INFER_ROWS readable rows: its values, their approximate
+    distinct count, and how many read as numbers, whole numbers, bool words, timestamps and dates. The
+    fields are unpivoted into one (column, text) table and counted per column: the plan holds seven
+    aggregates whatever the width, where one wide row of them costs more to plan and compile than to run."""
+    from pyspark.sql import functions as F
+
+    parts = [f"CAST({quoted(f.name)} AS STRING) AS `{i}`" for i, f in enumerate(fields)]
+    rows = df.where(F.col(INGEST_ERROR).isNull()).limit(INFER_ROWS).selectExpr(*parts)
+    long = rows.unpivot([], [str(i) for i in range(len(fields))], "column", "value")
+    value, number, moment = F.col("value"), as_number("value"), F.expr("try_to_timestamp(value)")
+    word = F.lower(F.trim(value))
+    counted = long.groupBy("column").agg(
+        F.count(value).alias("values"),
+        F.approx_count_distinct(value).alias("distinct"),
+        F.count(number).alias("numbers"),
+        F.count(F.when(number == F.floor(number), 1)).alias("wholes"),
+        F.count(F.when(word.isin(*_BOOL_WORDS), 1)).alias("bools"),
+        F.count(moment).alias("moments"),
+        F.count(F.when(moment.isNotNull() & (F.length(F.trim(value)) <= 10), 1)).alias("dates"),
+    )
+    return {int(r["column"]): r for r in counted.collect()}
+
+
+def _text_kind(row, values: int, unique: bool) -> str:
     """What a text column holds, by what most of its values parse as; "id" when it is unique per row."""
-    numbers, wholes = row[f"numbers_{i}"], row[f"wholes_{i}"]
+    numbers, wholes = row["numbers"], row["wholes"]
     if numbers > values / 2:
         return "id" if unique and wholes == numbers else "float"
-    if row[f"bools_{i}"] > values / 2:
+    if row["bools"] > values / 2:
         return "bool"
-    moments = row[f"moments_{i}"]
+    moments = row["moments"]
     if moments > values / 2:
-        return "date" if row[f"dates_{i}"] == moments else "timestamp"
+        return "date" if row["dates"] == moments else "timestamp"
     return "id" if unique else "string"
 
 

@@ -323,17 +323,21 @@ def test_a_label_named_count_is_counted_per_class(spark, tmp_path):
     assert sum(split["rows"] for split in m["splits"].values()) == 300
 
 
-def test_rows_per_split_class_and_partition_come_from_one_aggregate(spark):
+def test_rows_per_split_class_partition_and_category_come_from_one_aggregate(spark):
     """The writer plans each split's files from these partition counts: they must be the partitions' own.
-    The label is named like the aggregate's count column."""
+    The label is named like the aggregate's count column, a text feature like the function."""
     rows = spark.range(0, 90, 1, numPartitions=3).selectExpr(
-        "CASE WHEN id % 3 = 0 THEN 'test' ELSE 'train' END AS _split", "id % 2 AS _rows"
+        "CASE WHEN id % 3 = 0 THEN 'test' ELSE 'train' END AS _split",
+        "id % 2 AS _rows",
+        "CASE WHEN id % 5 = 0 THEN 'a' ELSE 'b' END AS `count`",
     )
-    counts = _row_counts(rows, DataConfig(label="_rows"))
+    counts = _row_counts(rows, DataConfig(label="_rows"), ["count"])
     assert counts.splits == {"train": 60, "test": 30} and counts.classes == {"0": 45, "1": 45}
     assert counts.partitions == {"train": {0: 20, 1: 20, 2: 20}, "test": {0: 10, 1: 10, 2: 10}}
-    regression = _row_counts(rows, DataConfig(label="_rows", task="regression"))
-    assert regression.classes is None and regression.partitions == counts.partitions
+    # The train split's categories only: 18 multiples of 5 in 0..89, 6 of them (multiples of 15) in test.
+    assert sorted(counts.categories["count"]) == [("a", 12), ("b", 48)]
+    regression = _row_counts(rows, DataConfig(label="_rows", task="regression"), [])
+    assert regression.classes is None and regression.partitions == counts.partitions and regression.categories == {}
 
 
 def test_duplicates_are_counted_exactly_with_and_without_repeated_rows(spark):

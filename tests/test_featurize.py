@@ -3,6 +3,8 @@ fitted stage by stage does."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pytest
 
@@ -21,6 +23,8 @@ TRAIN = [
 ]
 # Scored rows: a category unseen in train, and missing numbers.
 SCORED = TRAIN + [(3.0, None, "WN"), (None, None, "DL")]
+# The carriers of TRAIN with their rows, as prepare counts them with the splits (in no particular order).
+COUNTED = {"carrier": sorted(Counter(row[2] for row in TRAIN).items())}
 
 
 def _stage_by_stage(train, config: FeaturizeConfig):
@@ -49,7 +53,7 @@ def test_pipeline_from_statistics_equals_the_fitted_spark_ml_pipeline(spark, imp
     scored = spark.createDataFrame(SCORED, schema)
     config = FeaturizeConfig(impute=impute, max_categories=0)
 
-    fitted = featurize.fit_feature_pipeline(train, SPECS, config)
+    fitted = featurize.fit_feature_pipeline(train, SPECS, config, COUNTED)
     ours, size = featurize.transform(fitted.model, scored)
     reference = _stage_by_stage(train, config).transform(scored).select(vector_to_array("scaled").alias("f"))
 
@@ -65,7 +69,7 @@ def test_pipeline_from_statistics_equals_the_fitted_spark_ml_pipeline(spark, imp
 def test_categories_past_the_cap_and_unseen_ones_share_other(spark):
     train = spark.createDataFrame(TRAIN, "distance double, delay int, carrier string")
     fitted = featurize.fit_feature_pipeline(
-        train, SPECS, FeaturizeConfig(impute="median", max_categories=2, scale=False)
+        train, SPECS, FeaturizeConfig(impute="median", max_categories=2, scale=False), COUNTED
     )
     scored = spark.createDataFrame([(1.0, 1, "DL"), (1.0, 1, "WN"), (1.0, 1, "UA"), (1.0, 1, "AA")], train.schema)
     rows = [row[featurize.FEATURES][2:] for row in featurize.transform(fitted.model, scored)[0].collect()]
@@ -79,4 +83,6 @@ def test_a_number_column_with_no_value_in_train_is_named(spark):
 
     train = spark.createDataFrame([(None, 1, "UA"), (None, 2, "AA")], "distance double, delay int, carrier string")
     with pytest.raises(SparkmlParError, match="'distance': every value is missing in the train split"):
-        featurize.fit_feature_pipeline(train, SPECS, FeaturizeConfig(impute="median"))
+        featurize.fit_feature_pipeline(
+            train, SPECS, FeaturizeConfig(impute="median"), {"carrier": [("UA", 1), ("AA", 1)]}
+        )
