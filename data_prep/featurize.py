@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from data_prep.profile import ColumnStatistics
 from sparkml_par.config import ColumnSpec, FeaturizeConfig
 from sparkml_par.contract import FEATURES, column, quoted
 from sparkml_par.errors import SparkmlParError
@@ -56,40 +57,50 @@ class FittedPipeline:
 
 
 def fit_feature_pipeline(
-    train_df, specs: list[ColumnSpec], cfg: FeaturizeConfig, counted: dict[str, list[tuple[str, int]]]
+    train_df,
+    specs: list[ColumnSpec],
+    cfg: FeaturizeConfig,
+    counted: dict[str, list[tuple[str, int]]],
+    statistics: ColumnStatistics,
 ) -> FittedPipeline:
     """Builds the configured stages from statistics of the train split (never of validation or test rows).
 
-    Fitting stage by stage reads the train rows once per estimator; here one aggregate gives every number
-    column's count, mean, variance and median, and `counted` holds each text column's values in train with
-    their rows (the caller counts them with the splits, in one aggregate). What the stages need of them is
-    the recipe: each number's fill, each text column's kept categories, the
-    scaler's mean and standard deviation per assembled feature (from the moments of each column and
-    category, with the gaps filled).
+    Fitting stage by stage reads the train rows once per estimator; here the caller's aggregates give what
+    the stages need: `statistics` each number input's count, mean, variance and median over the train rows
+    (`profile.column_statistics` of `number_inputs`, with the profile), `counted` each text column's values
+    in train with their rows (counted with the splits). From them comes the recipe: each number's fill, each
+    text column's kept categories, the scaler's mean and standard deviation per assembled feature (from the
+    moments of each column and category, with the gaps filled).
     """
+    from pyspark.sql.types import IntegralType
+
     vectors = [s.name for s in specs if s.type == "vector"]
     if vectors:
         raise SparkmlParError(
             f"data.features: vector column(s) {vectors} cannot be mixed with other feature columns; "
             f"declare one vector column alone, or only scalar (float, int, bool, string, timestamp, date) columns"
         )
-    plain = plain_names([s.name for s in specs])
-    train = _copy_stage(specs, plain).transform(train_df)
-    numbers_in = _number_inputs(specs)
-    numeric = [_number_column(n, plain) for n in numbers_in]
+    if statistics.train_rows == 0:
+        raise SparkmlParError(
+            "data.split: the train split has no clean rows to fit the feature pipeline on; raise data.split.train"
+        )
+    rows = statistics.train_rows
+    integral = {f.name for f in train_df.schema.fields if isinstance(f.dataType, IntegralType)}
+    numbers_in = [{"column": name, **({"part": part} if part else {})} for name, part in number_inputs(specs)]
     strings = [s.name for s in specs if s.type == "string"]
-    numbers = _number_statistics(train, numeric, cfg)
-
     moments = []
-    for entry, name in zip(numbers_in, numeric):
-        values, mean, variance, fill = numbers.columns[name]
+    for entry in numbers_in:
+        values, mean, variance, median = statistics.train[(entry["column"], entry.get("part"))]
+        fill = median if cfg.impute == "median" else mean if cfg.impute == "mean" else None
+        if fill is not None and "part" not in entry and entry["column"] in integral:
+            fill = int(fill)  # Spark's imputer fills an integer column with its statistic cast to the column's type
         if cfg.impute != "none" and fill is None:
             raise SparkmlParError(
                 f"data.features {entry['column']!r}: every value is missing in the train split, so there is no "
                 f"{cfg.impute} to impute; leave the column out of data.features or fill it in the input"
             )
         entry["fill"] = None if cfg.impute == "none" else float(fill)
-        moments.append(_filled_moments(numbers.rows, values, mean, variance, entry["fill"]))
+        moments.append(_filled_moments(rows, values, mean, variance, entry["fill"]))
     kept_categories, categories = {}, {}
     for name in strings:
         # Most frequent first, ties in text order, as Spark's StringIndexer orders them; as StringIndexer,
@@ -98,8 +109,8 @@ def fit_feature_pipeline(
         kept = labels[: cfg.max_categories] if cfg.max_categories else labels
         kept_categories[name] = [label for label, _ in kept]
         categories[name] = {"distinct": len(labels), "kept": len(kept)}
-        counts = [n for _, n in kept] + [numbers.rows - sum(n for _, n in kept)]  # the last: <other>, unseen
-        moments += _one_hot_moments(numbers.rows, counts) if cfg.one_hot else [_index_moments(numbers.rows, counts)]
+        counts = [n for _, n in kept] + [rows - sum(n for _, n in kept)]  # the last: <other>, unseen
+        moments += _one_hot_moments(rows, counts) if cfg.one_hot else [_index_moments(rows, counts)]
     _warn_cut(categories, cfg.max_categories)
     recipe = {
         "impute": cfg.impute,
@@ -167,12 +178,11 @@ def _copy_stage(specs: list[ColumnSpec], plain: dict[str, str]):
     return SQLTransformer(statement=f"SELECT *, {', '.join(selected)} FROM __THIS__")
 
 
-def _number_inputs(specs: list[ColumnSpec]) -> list[dict[str, Any]]:
-    """The pipeline's number inputs in order: the number columns, then each timestamp's or date's parts."""
-    numbers = [{"column": s.name} for s in specs if s.type in NUMERIC_TYPES]
-    return numbers + [
-        {"column": s.name, "part": part} for s in specs if s.type in DATETIME_PARTS for part in DATETIME_PARTS[s.type]
-    ]
+def number_inputs(specs: list[ColumnSpec]) -> list[tuple[str, str | None]]:
+    """The pipeline's number inputs in order, as (column, part): the number columns (part None), then each
+    timestamp's or date's parts."""
+    numbers = [(s.name, None) for s in specs if s.type in NUMERIC_TYPES]
+    return numbers + [(s.name, part) for s in specs if s.type in DATETIME_PARTS for part in DATETIME_PARTS[s.type]]
 
 
 def _number_column(entry: dict[str, Any], plain: dict[str, str]) -> str:
@@ -181,49 +191,10 @@ def _number_column(entry: dict[str, Any], plain: dict[str, str]) -> str:
     return f"{name}__{entry['part']}" if "part" in entry else name
 
 
-@dataclass
-class _NumberStatistics:
-    """Train rows, and per number column: (count of values, mean, sample variance, the value that fills a gap)."""
-
-    rows: int
-    columns: dict[str, tuple[int, float | None, float | None, float | None]]
-
-
 # Spark ML's models made from their values through their (package-private) constructors, the same from Spark
 # 3.5 to 4.3: pyspark makes them only by fitting, a Spark job over rows that hold those values.
 _JAVA_SCALER = "org.apache.spark.ml.feature.StandardScalerModel"
 _JAVA_IMPUTER = "org.apache.spark.ml.feature.ImputerModel"
-
-# Imputer's default relative error for its approximate median (1 / 0.001).
-_MEDIAN_ACCURACY = 1000
-
-
-def _number_statistics(train, numeric: list[str], cfg: FeaturizeConfig) -> _NumberStatistics:
-    """One aggregate over the train rows: their count and each number column's count, mean, variance and,
-    for median imputation, approximate median."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import IntegralType
-
-    aggregates = [F.count(F.lit(1)).alias("rows")]
-    for i, name in enumerate(numeric):
-        value = F.col(name)
-        aggregates += [F.count(value).alias(f"n{i}"), F.avg(value).alias(f"mean{i}")]
-        aggregates.append(F.var_samp(value).alias(f"var{i}"))
-        if cfg.impute == "median":
-            aggregates.append(F.percentile_approx(value, 0.5, _MEDIAN_ACCURACY).alias(f"median{i}"))
-    row = train.agg(*aggregates).first()
-    if row["rows"] == 0:
-        raise SparkmlParError(
-            "data.split: the train split has no clean rows to fit the feature pipeline on; raise data.split.train"
-        )
-    columns = {}
-    for i, name in enumerate(numeric):
-        mean = row[f"mean{i}"]
-        fill = row[f"median{i}"] if cfg.impute == "median" else mean if cfg.impute == "mean" else None
-        if fill is not None and isinstance(train.schema[name].dataType, IntegralType):
-            fill = int(fill)  # Spark's imputer fills an integer column with its statistic cast to the column's type
-        columns[name] = (row[f"n{i}"], mean, row[f"var{i}"], fill)
-    return _NumberStatistics(row["rows"], columns)
 
 
 def _by_rows(category: tuple[str, int]) -> tuple[int, str]:

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from typing import Any, Callable
 from data_prep import featurize
 from data_prep import manifest as mf
 from data_prep.ingest import Ingested, ingest, input_fingerprint, reading_raw_rows
-from data_prep.profile import class_warnings, count_duplicates, drop_duplicates, profile
+from data_prep.profile import class_warnings, column_statistics, count_duplicates, drop_duplicates, profile
 from data_prep.split import assign_splits, make_row_ids_unique
 from data_prep.validate import Validated, check_reject_fraction, validate
 from data_prep.write import write_splits
@@ -169,11 +170,22 @@ def _build_validated(
         warnings = class_warnings(counts.classes, v.num_classes, v.classes) if cfg.task == "classification" else []
         for warning in warnings:
             log.warning("data.label %r: %s", cfg.label, warning)
-        beside.append(_profile_beside(spark, clean, cfg, v, counts, duplicates, staging, steps))
+        write_profile = functools.partial(_write_profile, spark, staging, cfg, duplicates)
+        if not featurize.needs_pipeline(v.features):  # the profile's aggregates beside the writes
+            beside.append(
+                steps.beside("profile", lambda: write_profile(profile(clean, cfg.label, v.features, counts.classes)))
+            )
 
         steps.begin("featurize")
         label_scale = _label_scale(clean, cfg) if cfg.task == "regression" else None
-        fitted = _fit_pipeline(clean, v, cfg, counts.categories)
+        fitted = None
+        if featurize.needs_pipeline(v.features):
+            # One aggregate: the profile, and the train split's statistics the feature pipeline is built from.
+            numbers = featurize.number_inputs(v.features)
+            statistics = column_statistics(clean, cfg.label, v.features, numbers, cfg.featurize.impute == "median")
+            write_profile(profile(clean, cfg.label, v.features, counts.classes, statistics))
+            train = clean.where(F.col(SPLIT) == "train")
+            fitted = featurize.fit_feature_pipeline(train, v.features, cfg.featurize, counts.categories, statistics)
         model = fitted.model if fitted is not None else None
         featurized, size = _features(clean, v, model)
         steps.done("featurize", counts.splits.get("train", 0))
@@ -324,16 +336,6 @@ def _label_scale(clean, cfg: DataConfig) -> dict[str, float] | None:
     return {"mean": float(row["mean"]), "std": float(row["std"]) if row["std"] else 1.0}
 
 
-def _fit_pipeline(clean, v: Validated, cfg: DataConfig, categories) -> featurize.FittedPipeline | None:
-    """The feature pipeline fitted on the train split (whose text features' categories are counted), or None
-    when the input is one vector."""
-    from pyspark.sql import functions as F
-
-    if not featurize.needs_pipeline(v.features):
-        return None
-    return featurize.fit_feature_pipeline(clean.where(F.col(SPLIT) == "train"), v.features, cfg.featurize, categories)
-
-
 def _features(clean, v: Validated, model):
     """The rows with their features (through the fitted pipeline, or the one vector as it is) and the
     features' length."""
@@ -347,19 +349,11 @@ def _features(clean, v: Validated, model):
     return featurized, spec.size or featurized.select(F.size(FEATURES)).first()[0]
 
 
-def _profile_beside(
-    spark, clean, cfg: DataConfig, v: Validated, counts: _RowCounts, duplicates: int, staging: str, steps: _Steps
-):
-    """The profile's aggregate and its file, in a Spark job of its own beside featurize and the writes:
-    nothing but the profile file needs it, and the two share the executors' cores."""
-
-    def write_profile() -> int:
-        stats = profile(clean, cfg.label, v.features, counts.classes)
-        stats.update(duplicates=duplicates, deduplicated=bool(cfg.dedupe and duplicates))
-        hadoop.write_json(hadoop.HadoopFs(spark, staging), f"{staging}/{PROFILE}", stats)
-        return stats["rows"]
-
-    return steps.beside("profile", write_profile)
+def _write_profile(spark, staging: str, cfg: DataConfig, duplicates: int, stats: dict[str, Any]) -> int:
+    """Writes the profile, with the duplicates counted, as the dataset's profile file; returns its rows."""
+    stats.update(duplicates=duplicates, deduplicated=bool(cfg.dedupe and duplicates))
+    hadoop.write_json(hadoop.HadoopFs(spark, staging), f"{staging}/{PROFILE}", stats)
+    return stats["rows"]
 
 
 class _Steps:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from sparkml_par.config import ColumnSpec
-from sparkml_par.contract import ROW_ID, column, quoted
+from sparkml_par.contract import ROW_ID, SPLIT, column, quoted
 
 # Relative error of the profile's approximate distinct counts (Spark's default is 0.05). The counts are
 # only reported; at 0.1 the HyperLogLog++ sketch of each column has a quarter of the registers, so an
@@ -36,40 +37,71 @@ def drop_duplicates(df, columns: list[str]):
     return df.groupBy(*[quoted(c) for c in columns]).agg(F.min(ROW_ID).alias(ROW_ID))
 
 
-def profile(df, label: str, specs: list[ColumnSpec], label_distribution: dict[str, int] | None) -> dict[str, Any]:
-    """Count, nulls, min/max/mean/stddev, approximate distinct counts, and the label distribution (rows per
-    class of a classification label, counted by the caller together with the splits).
+@dataclass
+class ColumnStatistics:
+    """One aggregate's statistics of the clean rows: the profile's of each scalar column (over every row),
+    and, for the numbers the feature pipeline reads, over the train split: its rows and per number (a
+    column, or a part of a timestamp or date, as (column, part)) its values' count, mean, sample variance
+    and approximate median (None unless asked for)."""
 
-    The scalar columns (label, numbers, strings) are unpivoted into one long (column, value) table and
-    aggregated per column: the plan holds seven aggregates whatever the width. Six aggregates per column
-    in one wide row would instead cost more in Spark than the data: the wide plan's code generation, its
-    large task binary and its execution. Vector columns (one, alone, in a valid config) keep an aggregate
-    of their own.
-    """
-    numeric = [label] + [s.name for s in specs if s.type in ("float", "int", "bool")]
-    strings = [s.name for s in specs if s.type in ("string", "timestamp", "date")]  # timestamps: distinct counts
-    rows, columns = _scalar_statistics(df, numeric, strings)
+    rows: int
+    columns: dict[str, dict[str, Any]]
+    train_rows: int = 0
+    train: dict[tuple[str, str | None], tuple[int, float | None, float | None, float | None]] = field(
+        default_factory=dict
+    )
+
+
+def profile(
+    df,
+    label: str,
+    specs: list[ColumnSpec],
+    label_distribution: dict[str, int] | None,
+    statistics: ColumnStatistics | None = None,
+) -> dict[str, Any]:
+    """Count, nulls, min/max/mean/stddev, approximate distinct counts, and the label distribution (rows per
+    class of a classification label, counted by the caller together with the splits). `statistics`: the
+    scalar columns' aggregate when the caller made it (with the feature pipeline's numbers); vector
+    columns (one, alone, in a valid config) keep an aggregate of their own."""
+    if statistics is None:
+        statistics = column_statistics(df, label, specs)
+    columns = dict(statistics.columns)
     vectors = [s.name for s in specs if s.type == "vector"]
     if vectors:
         columns.update(_vector_statistics(df, vectors))
-    result = {"rows": rows, "columns": columns}
+    result = {"rows": statistics.rows, "columns": columns}
     if label_distribution is not None:
         result["label_distribution"] = label_distribution
     return result
 
 
-def _scalar_statistics(df, numeric: list[str], strings: list[str]) -> tuple[int, dict[str, dict[str, Any]]]:
-    """(rows, statistics per column) of the numeric and string columns, from one aggregate of df unpivoted.
+def column_statistics(
+    df, label: str, specs: list[ColumnSpec], numbers: list[tuple[str, str | None]] = (), medians: bool = False
+) -> ColumnStatistics:
+    """The profile's statistics of the label and the scalar feature columns and, for `numbers` (the feature
+    pipeline's inputs: (column, None) for a number column, (column, part) for a part of a timestamp or
+    date), their statistics over the train split (df's `_split`), with approximate medians when `medians`.
 
-    Each column becomes a struct of a double `d` (numbers) and a string `s` (text); its position names
-    it, so any column name works, and the whole plan is two SQL strings (one Py4J call each).
+    The columns are unpivoted into one long (column, value) table and aggregated per column: the plan
+    holds a dozen aggregates whatever the width. Six aggregates per column in one wide row would instead
+    cost more in Spark than the data: the wide plan's code generation, its large task binary and its
+    execution. Each column becomes a struct of a double `d` (numbers) and a string `s` (text); its position
+    names it, so any column name works, and the whole plan is two SQL strings (one Py4J call each).
     """
     from pyspark.sql import functions as F
     from pyspark.sql.types import IntegralType
 
+    numeric = [label] + [s.name for s in specs if s.type in ("float", "int", "bool")]
+    strings = [s.name for s in specs if s.type in ("string", "timestamp", "date")]  # timestamps: distinct counts
+    parts = [(name, part) for name, part in numbers if part is not None]
     scalar = numeric + strings
-    parts = [f"{_scalar_value(name, text=name in strings)} AS `{i}`" for i, name in enumerate(scalar)]
-    long = df.selectExpr(*parts).unpivot([], [str(i) for i in range(len(scalar))], "column", "value")
+    values = [_scalar_value(quoted(name), text=name in strings) for name in scalar]
+    values += [_scalar_value(f"{part}({quoted(name)})", text=False) for name, part in parts]
+    selected = [f"{value} AS `{i}`" for i, value in enumerate(values)]
+    train = f"{SPLIT} = 'train'" if numbers else "false"
+    long = df.selectExpr(f"{train} AS _train", *selected).unpivot(
+        ["_train"], [str(i) for i in range(len(values))], "column", "value"
+    )
     aggregates = [
         "count(1) AS rows",
         "count_if(value.d IS NULL AND value.s IS NULL) AS nulls",
@@ -80,9 +112,19 @@ def _scalar_statistics(df, numeric: list[str], strings: list[str]) -> tuple[int,
         f"approx_count_distinct(value.d, {DISTINCT_RSD}) AS numbers",
         f"approx_count_distinct(value.s, {DISTINCT_RSD}) AS texts",
     ]
+    if numbers:
+        aggregates += [
+            "count_if(_train) AS train_rows",
+            "count(value.d) FILTER (WHERE _train) AS train_values",
+            "avg(value.d) FILTER (WHERE _train) AS train_mean",
+            "var_samp(value.d) FILTER (WHERE _train) AS train_variance",
+        ]
+        if medians:  # Spark's Imputer's relative error for its approximate median (1 / 0.001)
+            aggregates.append("percentile_approx(value.d, 0.5, 1000) FILTER (WHERE _train) AS train_median")
     found = {int(r["column"]): r for r in long.groupBy("column").agg(*[F.expr(a) for a in aggregates]).collect()}
     # A frame without rows aggregates to no row at all: what a global aggregate of no rows gives.
     empty = {"rows": 0, "nulls": 0, "min": None, "max": None, "mean": None, "stddev": None, "numbers": 0, "texts": 0}
+    empty.update(train_rows=0, train_values=0, train_mean=None, train_variance=None, train_median=None)
     integral = {f.name for f in df.schema.fields if isinstance(f.dataType, IntegralType)}
     columns: dict[str, dict[str, Any]] = {}
     for i, name in enumerate(scalar):
@@ -99,12 +141,19 @@ def _scalar_statistics(df, numeric: list[str], strings: list[str]) -> tuple[int,
             "stddev": r["stddev"],
             "distinct": r["numbers"],
         }
-    return found.get(0, empty)["rows"], columns  # position 0, the label, is always there
+    position = {(name, None): i for i, name in enumerate(scalar)}
+    position.update({number: len(scalar) + i for i, number in enumerate(parts)})
+    train = {}
+    for number in numbers:
+        r = found.get(position[number], empty)
+        median = r["train_median"] if medians else None
+        train[number] = (r["train_values"], r["train_mean"], r["train_variance"], median)
+    label = found.get(0, empty)  # position 0, the label, is always there
+    return ColumnStatistics(label["rows"], columns, label["train_rows"] if numbers else 0, train)
 
 
-def _scalar_value(name: str, *, text: bool) -> str:
-    """A column as the unpivoted struct: its number in `d` or its text in `s`, the other field null."""
-    sql = quoted(name)
+def _scalar_value(sql: str, *, text: bool) -> str:
+    """A column's SQL as the unpivoted struct: its number in `d` or its text in `s`, the other field null."""
     if text:
         return f"named_struct('d', CAST(NULL AS DOUBLE), 's', CAST({sql} AS STRING))"
     return f"named_struct('d', CAST({sql} AS DOUBLE), 's', CAST(NULL AS STRING))"

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from data_prep import featurize
+from data_prep.profile import column_statistics
 from sparkml_par.config import ColumnSpec, FeaturizeConfig
 
 SPECS = [ColumnSpec("distance", "float"), ColumnSpec("delay", "int"), ColumnSpec("carrier", "string")]
@@ -25,6 +26,16 @@ TRAIN = [
 SCORED = TRAIN + [(3.0, None, "WN"), (None, None, "DL")]
 # The carriers of TRAIN with their rows, as prepare counts them with the splits (in no particular order).
 COUNTED = {"carrier": sorted(Counter(row[2] for row in TRAIN).items())}
+
+
+def _fit(train, config: FeaturizeConfig, counted=COUNTED):
+    """The pipeline built as prepare builds it: from the profile's aggregate of these rows as the train split
+    (with a label, which the profile always reads: one of the rows' values, as prepare's is; Spark 4.0's
+    unpivot of a literal beside columns reads their nulls as zeros) and the counted categories."""
+    rows = train.selectExpr("*", "'train' AS _split", "length(carrier) AS label")
+    numbers = featurize.number_inputs(SPECS)
+    statistics = column_statistics(rows, "label", SPECS, numbers, medians=config.impute == "median")
+    return featurize.fit_feature_pipeline(train, SPECS, config, counted, statistics)
 
 
 def _stage_by_stage(train, config: FeaturizeConfig):
@@ -53,7 +64,7 @@ def test_pipeline_from_statistics_equals_the_fitted_spark_ml_pipeline(spark, imp
     scored = spark.createDataFrame(SCORED, schema)
     config = FeaturizeConfig(impute=impute, max_categories=0)
 
-    fitted = featurize.fit_feature_pipeline(train, SPECS, config, COUNTED)
+    fitted = _fit(train, config)
     ours, size = featurize.transform(fitted.model, scored)
     reference = _stage_by_stage(train, config).transform(scored).select(vector_to_array("scaled").alias("f"))
 
@@ -68,9 +79,7 @@ def test_pipeline_from_statistics_equals_the_fitted_spark_ml_pipeline(spark, imp
 
 def test_categories_past_the_cap_and_unseen_ones_share_other(spark):
     train = spark.createDataFrame(TRAIN, "distance double, delay int, carrier string")
-    fitted = featurize.fit_feature_pipeline(
-        train, SPECS, FeaturizeConfig(impute="median", max_categories=2, scale=False), COUNTED
-    )
+    fitted = _fit(train, FeaturizeConfig(impute="median", max_categories=2, scale=False))
     scored = spark.createDataFrame([(1.0, 1, "DL"), (1.0, 1, "WN"), (1.0, 1, "UA"), (1.0, 1, "AA")], train.schema)
     rows = [row[featurize.FEATURES][2:] for row in featurize.transform(fitted.model, scored)[0].collect()]
     # UA (3 rows) and AA (2) are kept; DL and the unseen WN are <other>.
@@ -83,6 +92,4 @@ def test_a_number_column_with_no_value_in_train_is_named(spark):
 
     train = spark.createDataFrame([(None, 1, "UA"), (None, 2, "AA")], "distance double, delay int, carrier string")
     with pytest.raises(SparkmlParError, match="'distance': every value is missing in the train split"):
-        featurize.fit_feature_pipeline(
-            train, SPECS, FeaturizeConfig(impute="median"), {"carrier": [("UA", 1), ("AA", 1)]}
-        )
+        _fit(train, FeaturizeConfig(impute="median"), {"carrier": [("UA", 1), ("AA", 1)]})
