@@ -29,6 +29,8 @@ from sparkml_par.errors import SparkmlParError
 
 log = logging.getLogger(__name__)
 
+# The column of a rejected row's raw values in prepare's persisted rows (null for a clean row).
+_RAW_VALUES = "_sparkml_par_raw"
 # More distinct text labels than this means the column is not a class label (an id, free text).
 MAX_CLASSES = 1000
 # What a missing category becomes when imputation is on: a category of its own, in prepare and in scoring.
@@ -108,6 +110,7 @@ def validate(ing: Ingested, cfg: DataConfig) -> Validated:
     _check_label_type(df, cfg)
 
     classes = ing.classes
+    df = _with_numbers_parsed(df, [cfg.label, *[s.name for s in specs if s.type in ("float", "int")]])
     annotated, counts = _annotate(df, cfg, specs, _label_checks(df, cfg), persist=True, carried=carried)
     try:
         if cfg.task == "classification" and classes is None and _holds_text(cfg, counts):
@@ -156,6 +159,7 @@ def validate_for_scoring(ing: Ingested, cfg: DataConfig, specs: list[ColumnSpec]
             "scoring input",
             fix=f"the model's features are built from the raw columns {names!r}: give the input all of them",
         )
+    df = _with_numbers_parsed(df, [s.name for s in specs if s.type in ("float", "int")])
     annotated, counts = _annotate(df, cfg, specs, None)
     others = [column(c) for c in raw_columns if c not in names]
     clean_columns = [ROW_ID, *[F.col(f"_typed_{i}").alias(name) for i, name in enumerate(names)], *others]
@@ -189,8 +193,10 @@ def _annotate(df, cfg: DataConfig, specs: list[ColumnSpec], label, persist: bool
 
     persist: the aggregate computes the annotated rows into Spark's cache, so that prepare's later jobs
     (quarantine, duplicates, profile, featurize, write) read them typed instead of reading and checking
-    the input again; the raw columns are cached for rejected rows only, and for every row those in
-    `carried` (the clean rows' raw columns).
+    the input again; the raw columns are cached for rejected rows only (packed in one struct column, which
+    _rejected unpacks), and for every row those in `carried` (the clean rows' raw columns). Spark's columnar
+    cache keeps a null as its row's position: a raw column each, null in nearly every row, cost more to
+    build and hold than the typed rows.
     """
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
@@ -203,18 +209,21 @@ def _annotate(df, cfg: DataConfig, specs: list[ColumnSpec], label, persist: bool
         typed.append(value)
         checks.extend(spec_checks)
     reason = F.coalesce(*[F.when(cond, text) for cond, text in checks])
+    columns = [c for c in df.columns if not c.startswith(_PARSED)]
     annotated = df.select(
-        "*",
+        *[column(c) for c in columns],
         reason.alias(REJECT_REASON),
         label_value.alias("_label_value"),
         *[v.alias(f"_typed_{i}") for i, v in enumerate(typed)],
     )
     if persist:
         # Clean rows are read typed from here on: their raw values (but those carried) are not cached.
-        rejected = F.col(REJECT_REASON).isNotNull()
+        kept = [c for c in columns if c in (ROW_ID, *carried)]
+        raw = F.struct(*[column(c) for c in columns if c not in kept])
         annotated = annotated.select(
-            *[column(c) if c in (ROW_ID, *carried) else F.when(rejected, column(c)).alias(c) for c in df.columns],
-            *annotated.columns[len(df.columns) :],
+            *[column(c) for c in kept],
+            F.when(F.col(REJECT_REASON).isNotNull(), raw).alias(_RAW_VALUES),
+            *annotated.columns[len(columns) :],
         ).persist(StorageLevel.MEMORY_AND_DISK)
     counts = annotated.groupBy(REJECT_REASON).agg(F.count(F.lit(1)).alias("n"), F.max("_label_value").alias("top"))
     try:
@@ -241,9 +250,10 @@ def _rejected(annotated, df, raw_columns: list[str]):
     """Rejected rows as the input had them (as text), with the reason."""
     from pyspark.sql import functions as F
 
-    return annotated.where(F.col(REJECT_REASON).isNotNull()).select(
-        ROW_ID, *[_as_text(df, c).alias(c) for c in raw_columns], RAW_RECORD, REJECT_REASON
-    )
+    rejected = annotated.where(F.col(REJECT_REASON).isNotNull())
+    if _RAW_VALUES in annotated.columns:  # persisted by _annotate: the raw values packed
+        rejected = rejected.select("*", f"{_RAW_VALUES}.*")
+    return rejected.select(ROW_ID, *[_as_text(df, c).alias(c) for c in raw_columns], RAW_RECORD, REJECT_REASON)
 
 
 def _holds_text(cfg: DataConfig, counts) -> bool:
@@ -455,13 +465,28 @@ def _check_label_values(cfg: DataConfig, reasons: dict[str, int], rows_in: int) 
         )
 
 
-def _as_double(df, name: str):
+# A text column the checks read as a number is parsed once per row, into a column of its own below them:
+# Spark evaluates an expression again in each CASE WHEN that holds it (a number column has up to five
+# checks), and does not merge a projection into one that reads its costly expressions more than once.
+_PARSED = "_sparkml_par_number:"
+
+
+def _with_numbers_parsed(df, names: list[str]):
+    """df with each text column of `names` also as a double (null where it does not parse), for _as_double."""
     from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType
+
+    texts = [n for n in dict.fromkeys(names) if isinstance(df.schema[n].dataType, StringType)]
+    return df.withColumns({f"{_PARSED}{n}": F.expr(f"try_cast({quoted(n)} AS double)") for n in texts})
+
+
+def _as_double(df, name: str):
+    """A number column as a double: a numeric type cast, a text column as parsed by _with_numbers_parsed."""
     from pyspark.sql.types import NumericType
 
     if isinstance(df.schema[name].dataType, NumericType):
         return column(name).cast("double")
-    return F.expr(f"try_cast({quoted(name)} AS double)")
+    return column(f"{_PARSED}{name}")
 
 
 def _as_text(df, name: str):
