@@ -76,11 +76,16 @@ def profile(
 
 
 def column_statistics(
-    df, label: str, specs: list[ColumnSpec], numbers: list[tuple[str, str | None]] = (), medians: bool = False
+    df,
+    label: str,
+    specs: list[ColumnSpec],
+    numbers: list[tuple[str, str | None]] | None = None,
+    medians: bool = False,
 ) -> ColumnStatistics:
-    """The profile's statistics of the label and the scalar feature columns and, for `numbers` (the feature
-    pipeline's inputs: (column, None) for a number column, (column, part) for a part of a timestamp or
-    date), their statistics over the train split (df's `_split`), with approximate medians when `medians`.
+    """The profile's statistics of the label and the scalar feature columns and, when `numbers` is given
+    (the feature pipeline's inputs: (column, None) for a number column, (column, part) for a part of a
+    timestamp or date), the train split's rows (df's `_split`) and their statistics over it, with
+    approximate medians when `medians`.
 
     The columns are unpivoted into one long (column, value) table and aggregated per column: the plan
     holds a dozen aggregates whatever the width. Six aggregates per column in one wide row would instead
@@ -93,12 +98,12 @@ def column_statistics(
 
     numeric = [label] + [s.name for s in specs if s.type in ("float", "int", "bool")]
     strings = [s.name for s in specs if s.type in ("string", "timestamp", "date")]  # timestamps: distinct counts
-    parts = [(name, part) for name, part in numbers if part is not None]
+    parts = [(name, part) for name, part in numbers or [] if part is not None]
     scalar = numeric + strings
     values = [_scalar_value(quoted(name), text=name in strings) for name in scalar]
     values += [_scalar_value(f"{part}({quoted(name)})", text=False) for name, part in parts]
     selected = [f"{value} AS `{i}`" for i, value in enumerate(values)]
-    train = f"{SPLIT} = 'train'" if numbers else "false"
+    train = f"{SPLIT} = 'train'" if numbers is not None else "false"
     long = df.selectExpr(f"{train} AS _train", *selected).unpivot(
         ["_train"], [str(i) for i in range(len(values))], "column", "value"
     )
@@ -112,7 +117,7 @@ def column_statistics(
         f"approx_count_distinct(value.d, {DISTINCT_RSD}) AS numbers",
         f"approx_count_distinct(value.s, {DISTINCT_RSD}) AS texts",
     ]
-    if numbers:
+    if numbers is not None:
         aggregates += [
             "count_if(_train) AS train_rows",
             "count(value.d) FILTER (WHERE _train) AS train_values",
@@ -144,12 +149,12 @@ def column_statistics(
     position = {(name, None): i for i, name in enumerate(scalar)}
     position.update({number: len(scalar) + i for i, number in enumerate(parts)})
     train = {}
-    for number in numbers:
+    for number in numbers or []:
         r = found.get(position[number], empty)
         median = r["train_median"] if medians else None
         train[number] = (r["train_values"], r["train_mean"], r["train_variance"], median)
     label = found.get(0, empty)  # position 0, the label, is always there
-    return ColumnStatistics(label["rows"], columns, label["train_rows"] if numbers else 0, train)
+    return ColumnStatistics(label["rows"], columns, label["train_rows"] if numbers is not None else 0, train)
 
 
 def _scalar_value(sql: str, *, text: bool) -> str:

@@ -550,16 +550,14 @@ def _feature_checks(df, spec: ColumnSpec, cfg: DataConfig):
         return _vector_checks(raw, spec)
     if spec.type == "string":
         impute = cfg.featurize.impute != "none"
-        value = F.coalesce(raw.cast("string"), F.lit(MISSING_CATEGORY)) if impute else raw.cast("string")
-        checks = [] if impute else [(raw.isNull(), F.lit(f"null:{spec.name}"))]
+        # An empty text is missing in every format, as CSV and JSON read it by default (and no category can be
+        # named by it in Spark ML).
+        text = F.when(raw.cast("string") != "", raw.cast("string"))
+        value = F.coalesce(text, F.lit(MISSING_CATEGORY)) if impute else text
+        checks = [] if impute else [(text.isNull(), F.lit(f"null:{spec.name}"))]
         if spec.categories is not None:
             allowed = F.array(*[F.lit(c) for c in spec.categories])
-            checks.append(
-                (
-                    raw.isNotNull() & ~F.array_contains(allowed, raw.cast("string")),
-                    F.lit(f"unknown_category:{spec.name}"),
-                )
-            )
+            checks.append((text.isNotNull() & ~F.array_contains(allowed, text), F.lit(f"unknown_category:{spec.name}")))
         return value, checks
     nullable = cfg.featurize.impute != "none"
     if spec.type in ("bool", "timestamp", "date"):

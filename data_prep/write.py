@@ -32,6 +32,11 @@ log = logging.getLogger(__name__)
 warnings.filterwarnings("ignore", category=FutureWarning, module=r"petastorm(\.|$)")
 
 MIB = 1024 * 1024
+# How a split's files are encoded: zstd, with no dictionaries. The features are one list column of every
+# feature's values, too many distinct ones for a dictionary page (pyarrow's default builds one, then falls
+# back to plain), so a dictionary costs write time and saves fewer bytes than zstd does, which reads back
+# faster too (ARCHITECTURE.md, measured decisions). Spark and petastorm read zstd on every supported stack.
+_PARQUET_OPTIONS = {"compression": "zstd", "use_dictionary": False}
 
 
 def plan_row_groups(counts: dict[int, int], target_rows: int, max_shards: int) -> dict[int, int]:
@@ -339,7 +344,7 @@ class _FileCutter:
             rows = pa.concat_tables(self.pending).combine_chunks()
             name = f"part-{self.task.partitionId():05d}-{self.index:05d}.parquet"
             temporary = f"{self.root}/.{name}.{self.task.taskAttemptId()}.tmp"
-            pq.write_table(rows.slice(0, size), temporary, filesystem=self.fs, row_group_size=size)
+            pq.write_table(rows.slice(0, size), temporary, filesystem=self.fs, row_group_size=size, **_PARQUET_OPTIONS)
             self.fs.move(temporary, f"{self.root}/{name}")
             rest = rows.slice(size)
             self.pending, self.buffered = [rest], rest.num_rows

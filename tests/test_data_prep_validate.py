@@ -9,7 +9,7 @@ import re
 import pytest
 
 from data_prep.job import prepare
-from sparkml_par.config import ColumnSpec, DataConfig, SplitConfig
+from sparkml_par.config import ColumnSpec, DataConfig, FeaturizeConfig, SplitConfig
 from sparkml_par.errors import SparkmlParError
 
 HEADER = "sepal_length,sepal_width,color,species"
@@ -99,6 +99,22 @@ def test_typed_parquet_columns_are_checked_for_what_their_types_can_hold(spark, 
     m = prepare(spark, cfg).manifest
     assert m["quarantine"]["reasons"] == {"nan_or_inf:x": 2, "not_integer:label": 1, "null:label": 1, "null:n": 1}
     assert m["rows_clean"] == 60 and m["raw_feature_columns"] == ["x", "n"] and m["num_classes"] == 3
+
+
+def test_an_empty_text_feature_in_parquet_is_missing_as_in_csv(spark, tmp_path):
+    """Parquet keeps an empty text as a value; it reads as missing, as a CSV's empty field does: the category
+    <missing> with imputation, `null:<col>` without (Spark ML cannot name a category by an empty text)."""
+    rows = [(["red", "blue", ""][i % 3], float(i), i % 2) for i in range(300)]
+    spark.createDataFrame(rows, "color string, x double, label long").write.parquet(str(tmp_path / "in"))
+    features = [ColumnSpec(name="color", type="string"), ColumnSpec(name="x", type="float")]
+    base = dict(source="parquet", path=str(tmp_path / "in"), features=features, max_shards=2, max_reject_fraction=0.5)
+    imputed = DataConfig(**base, output=str(tmp_path / "imputed"), featurize=FeaturizeConfig(impute="median"))
+    m = prepare(spark, imputed).manifest
+    assert m["rows_clean"] == 300
+    assert sorted(m["feature_pipeline"]["categories"]["color"]) == ["<missing>", "blue", "red"]
+    strict = DataConfig(**base, output=str(tmp_path / "strict"), featurize=FeaturizeConfig(impute="none"))
+    m = prepare(spark, strict).manifest
+    assert m["quarantine"]["reasons"] == {"null:color": 100} and m["rows_clean"] == 200
 
 
 def test_too_many_bad_rows_fail_the_job_and_keep_the_rejects(spark, tmp_path):
