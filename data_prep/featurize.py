@@ -125,8 +125,9 @@ def fit_feature_pipeline(
 def build_pipeline(df, specs: list[ColumnSpec], recipe: dict[str, Any]):
     """The PipelineModel of a recipe (`fit_feature_pipeline`'s): copy to plain names (and date parts) ->
     imputer -> string indexers -> one-hot encoder -> vector assembler -> standard scaler, each as the recipe
-    says, made from its numbers with no Spark job. `df` holds the raw feature columns; the one-hot encoder
-    reads the category counts from its plan's column metadata, not from its rows."""
+    says, made from its numbers: only the imputer's fit on one row of them runs a Spark job. `df` holds the
+    raw feature columns; the one-hot encoder reads the category counts from its plan's column metadata, not
+    from its rows."""
     from pyspark.ml import PipelineModel
     from pyspark.ml.feature import OneHotEncoder, StringIndexerModel, VectorAssembler
 
@@ -191,10 +192,9 @@ def _number_column(entry: dict[str, Any], plain: dict[str, str]) -> str:
     return f"{name}__{entry['part']}" if "part" in entry else name
 
 
-# Spark ML's models made from their values through their (package-private) constructors, the same from Spark
-# 3.5 to 4.3: pyspark makes them only by fitting, a Spark job over rows that hold those values.
+# Spark ML's scaler model, made from its values through its (package-private) constructor, the same from Spark
+# 3.5 to 4.3: pyspark makes it only by fitting, a Spark job over rows that hold those values.
 _JAVA_SCALER = "org.apache.spark.ml.feature.StandardScalerModel"
-_JAVA_IMPUTER = "org.apache.spark.ml.feature.ImputerModel"
 
 
 def _by_rows(category: tuple[str, int]) -> tuple[int, str]:
@@ -202,15 +202,16 @@ def _by_rows(category: tuple[str, int]) -> tuple[int, str]:
 
 
 def _imputer(spark, numeric: list[str], imputed: list[str], fills: list[float], strategy: str):
-    """Spark ML's imputer model of these fills, made through its (package-private) constructor, the same
-    from Spark 3.5 to 4.3, as its fit makes it: with a one-row frame of them, here an inline table, which
-    the model reads without a Spark job (a fit runs one)."""
-    from pyspark.ml.feature import ImputerModel
+    """Spark ML's imputer of these fills, fitted on one row of them: as that row's mean, which is the row,
+    then given the configured strategy, which the model records. (Its constructor differs between Spark
+    versions; fitting does not.)"""
+    from pyspark.ml.feature import Imputer
+    from pyspark.sql.types import DoubleType, StructField, StructType
 
-    values = ", ".join(f"CAST({float(fill)!r} AS DOUBLE)" for fill in fills)
-    surrogate = spark.sql(f"SELECT * FROM VALUES ({values}) AS fills({', '.join(numeric)})")
-    model = ImputerModel._create_from_java_class(_JAVA_IMPUTER, _uid(spark, "imputer"), surrogate._jdf)
-    model.setInputCols(numeric).setOutputCols(imputed)
+    row = spark.createDataFrame(
+        [tuple(float(fill) for fill in fills)], StructType([StructField(n, DoubleType()) for n in numeric])
+    )
+    model = Imputer(inputCols=numeric, outputCols=imputed, strategy="mean").fit(row)
     model.set(model.strategy, strategy)  # recorded with the model: how its gaps are filled
     return model
 
