@@ -171,10 +171,6 @@ def _build_validated(
         for warning in warnings:
             log.warning("data.label %r: %s", cfg.label, warning)
         write_profile = functools.partial(_write_profile, spark, staging, cfg, duplicates)
-        if not featurize.needs_pipeline(v.features):  # the profile's aggregates beside the writes
-            beside.append(
-                steps.beside("profile", lambda: write_profile(profile(clean, cfg.label, v.features, counts.classes)))
-            )
 
         steps.begin("featurize")
         label_scale = _label_scale(clean, cfg) if cfg.task == "regression" else None
@@ -186,6 +182,10 @@ def _build_validated(
             write_profile(profile(clean, cfg.label, v.features, counts.classes, statistics))
             train = clean.where(F.col(SPLIT) == "train")
             fitted = featurize.fit_feature_pipeline(train, v.features, cfg.featurize, counts.categories, statistics)
+        else:  # one vector: the profile's aggregates in a job of their own, beside the writes
+            beside.append(
+                steps.beside("profile", lambda: write_profile(profile(clean, cfg.label, v.features, counts.classes)))
+            )
         model = fitted.model if fitted is not None else None
         featurized, size = _features(clean, v, model)
         steps.done("featurize", counts.splits.get("train", 0))

@@ -110,7 +110,7 @@ def validate(ing: Ingested, cfg: DataConfig) -> Validated:
     _check_label_type(df, cfg)
 
     classes = ing.classes
-    df = _with_numbers_parsed(df, [cfg.label, *[s.name for s in specs if s.type in ("float", "int")]])
+    df = _with_numbers_parsed(df, specs, cfg.label)
     annotated, counts = _annotate(df, cfg, specs, _label_checks(df, cfg), persist=True, carried=carried)
     try:
         if cfg.task == "classification" and classes is None and _holds_text(cfg, counts):
@@ -159,7 +159,7 @@ def validate_for_scoring(ing: Ingested, cfg: DataConfig, specs: list[ColumnSpec]
             "scoring input",
             fix=f"the model's features are built from the raw columns {names!r}: give the input all of them",
         )
-    df = _with_numbers_parsed(df, [s.name for s in specs if s.type in ("float", "int")])
+    df = _with_numbers_parsed(df, specs)
     annotated, counts = _annotate(df, cfg, specs, None)
     others = [column(c) for c in raw_columns if c not in names]
     clean_columns = [ROW_ID, *[F.col(f"_typed_{i}").alias(name) for i, name in enumerate(names)], *others]
@@ -471,11 +471,13 @@ def _check_label_values(cfg: DataConfig, reasons: dict[str, int], rows_in: int) 
 _PARSED = "_sparkml_par_number:"
 
 
-def _with_numbers_parsed(df, names: list[str]):
-    """df with each text column of `names` also as a double (null where it does not parse), for _as_double."""
+def _with_numbers_parsed(df, specs: list[ColumnSpec], label: str | None = None):
+    """df with each text column the checks read as a number (the label, the float and int features) also as
+    a double, null where it does not parse: what _as_double reads."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType
 
+    names = ([label] if label else []) + [s.name for s in specs if s.type in ("float", "int")]
     texts = [n for n in dict.fromkeys(names) if isinstance(df.schema[n].dataType, StringType)]
     return df.withColumns({f"{_PARSED}{n}": F.expr(f"try_cast({quoted(n)} AS double)") for n in texts})
 
