@@ -343,7 +343,8 @@ def _infer_specs(df, cfg: DataConfig, raw_columns: list[str]) -> tuple[list[Colu
     JSON string) what most of its values parse as: numbers, bool words (true/false, yes/no), ISO 8601
     timestamps or dates; else it is a category column. A text or whole-number column with a distinct value in
     (nearly) every row is an id or free text, not a feature: it is left out and said so. One aggregate over
-    the first INFER_ROWS readable rows counts all of it.
+    the first INFER_ROWS readable rows counts the text and whole-number columns; no job runs when the input
+    has none (Parquet of floats).
     """
     from pyspark.sql.types import ArrayType, BooleanType, DateType, IntegralType, NumericType, StringType
 
@@ -358,12 +359,15 @@ def _infer_specs(df, cfg: DataConfig, raw_columns: list[str]) -> tuple[list[Colu
                 f"data.features: column {f.name!r} is an array; declare it with "
                 f"type: vector and its size, e.g. {{name: {f.name}, type: vector, size: 64}}"
             )
-    with naming_unreadable_files(cfg):
-        found = _value_counts(df, fields)
+    counted = [f for f in fields if isinstance(f.dataType, (StringType, IntegralType))]
+    found = {}
+    if counted:
+        with naming_unreadable_files(cfg):
+            found = {counted[i].name: row for i, row in _value_counts(df, counted).items()}
     none = {"values": 0, "distinct": 0, "numbers": 0, "wholes": 0, "bools": 0, "moments": 0, "dates": 0}
     specs, left_out = [], {}
-    for i, f in enumerate(fields):
-        row = found.get(i, none)
+    for f in fields:
+        row = found.get(f.name, none)
         values, distinct = row["values"], row["distinct"]
         unique = values >= MIN_ROWS_UNIQUE and distinct >= UNIQUE_FRACTION * values
         dtype = f.dataType
