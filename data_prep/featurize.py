@@ -47,11 +47,10 @@ def plain_names(names: list[str]) -> dict[str, str]:
 
 @dataclass
 class FittedPipeline:
-    """The fitted feature pipeline; the numbers it was built from (`build_pipeline` makes the same pipeline
-    from them again: the manifest keeps them, and scoring builds it from there); and per text feature its
+    """The fitted feature pipeline as numbers (the recipe: `build_pipeline` makes the Spark ML pipeline of it,
+    `BatchFeatures` computes its features from Arrow batches; the manifest keeps it), and per text feature its
     distinct values in train and how many it keeps."""
 
-    model: Any
     recipe: dict[str, Any]
     categories: dict[str, dict[str, int]]
 
@@ -119,7 +118,7 @@ def fit_feature_pipeline(
         "one_hot": cfg.one_hot,
         "scale": {"mean": [m for m, _ in moments], "std": [math.sqrt(v) for _, v in moments]} if cfg.scale else None,
     }
-    return FittedPipeline(build_pipeline(train_df, specs, recipe), recipe, categories)
+    return FittedPipeline(recipe, categories)
 
 
 def build_pipeline(df, specs: list[ColumnSpec], recipe: dict[str, Any]):
@@ -169,14 +168,85 @@ def _copy_stage(specs: list[ColumnSpec], plain: dict[str, str]):
     """The first stage: the feature columns copied to plain names, a timestamp or date as its parts."""
     from pyspark.ml.feature import SQLTransformer
 
+    return SQLTransformer(statement=f"SELECT *, {', '.join(_plain_inputs(specs, plain))} FROM __THIS__")
+
+
+def _plain_inputs(specs: list[ColumnSpec], plain: dict[str, str]) -> list[str]:
+    """The SQL of the pipeline's inputs under their plain names: each feature column, a timestamp's or
+    date's parts as doubles."""
     copies, parts = [], []
     for s in specs:
         if s.type in DATETIME_PARTS:
             parts += [(f"{part}({quoted(s.name)})", f"{plain[s.name]}__{part}") for part in DATETIME_PARTS[s.type]]
         else:
             copies.append(f"{quoted(s.name)} AS {plain[s.name]}")
-    selected = copies + [f"CAST({value} AS DOUBLE) AS {name}" for value, name in parts]
-    return SQLTransformer(statement=f"SELECT *, {', '.join(selected)} FROM __THIS__")
+    return copies + [f"CAST({value} AS DOUBLE) AS {name}" for value, name in parts]
+
+
+class BatchFeatures:
+    """The recipe's features computed from Arrow tables of its inputs, in the tasks that write the split
+    files: what the Spark ML stages of `build_pipeline` compute (fill, index, one-hot, assemble, scale, as
+    float32), without building Spark ML vectors and converting them to arrays, and with only the inputs,
+    not every one-hot slot, crossing from the JVM into Python. Scoring applies the Spark ML pipeline of the
+    same recipe; the tests hold the two equal."""
+
+    def __init__(self, specs: list[ColumnSpec], recipe: dict[str, Any]):
+        plain = plain_names([s.name for s in specs])
+        self.inputs = _plain_inputs(specs, plain)
+        self.numbers = [(_number_column(n, plain), n["fill"]) for n in recipe["numbers"]]
+        self.strings = [(plain[s.name], recipe["categories"][s.name]) for s in specs if s.type == "string"]
+        self.one_hot = recipe["one_hot"]
+        self.size = len(self.numbers) + sum(len(kept) + 1 if self.one_hot else 1 for _, kept in self.strings)
+        scale = recipe["scale"]
+        self.mean = None if scale is None else scale["mean"]
+        # Spark's scaler multiplies by 1 / std, and gives 0.0 for a feature whose standard deviation is 0.
+        self.factor = None if scale is None else [1.0 / std if std else 0.0 for std in scale["std"]]
+
+    def schema(self, schema):
+        """The Spark schema of the rows this makes from rows of `schema` (the inputs' columns replaced by
+        `features`, where the first of them was)."""
+        from pyspark.sql.types import ArrayType, FloatType, StructField, StructType
+
+        inputs = self._input_names()
+        first = min(i for i, f in enumerate(schema.fields) if f.name in inputs)
+        feature = StructField(FEATURES, ArrayType(FloatType(), containsNull=False), nullable=False)
+        kept = [f for f in schema.fields if f.name not in inputs]
+        return StructType(kept[:first] + [feature] + kept[first:])
+
+    def __call__(self, table):
+        """The rows of an Arrow table of the inputs (and other columns), with `features` in their place."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        rows = table.num_rows
+        x = np.zeros((rows, self.size))
+        for j, (name, fill) in enumerate(self.numbers):
+            values = table[name] if fill is None else pc.fill_null(table[name], fill)
+            x[:, j] = values.to_numpy()
+        j = len(self.numbers)
+        for name, kept in self.strings:
+            values = table[name]
+            index = pc.fill_null(pc.index_in(values, value_set=pa.array(kept, values.type)), len(kept)).to_numpy()
+            if self.one_hot:
+                x[np.arange(rows), j + index] = 1.0
+                j += len(kept) + 1
+            else:
+                x[:, j] = index
+                j += 1
+        if self.mean is not None:
+            x -= np.asarray(self.mean)
+            x *= np.asarray(self.factor)
+        element = pa.field("element", pa.float32(), nullable=False)
+        offsets = pa.array(np.arange(0, (rows + 1) * self.size, self.size, dtype=np.int32))
+        features = pa.ListArray.from_arrays(offsets, pa.array(x.astype(np.float32).ravel()), type=pa.list_(element))
+        inputs = self._input_names()
+        first = min(i for i, name in enumerate(table.column_names) if name in inputs)
+        kept = table.drop_columns(sorted(inputs))
+        return kept.add_column(first, pa.field(FEATURES, features.type, nullable=False), features)
+
+    def _input_names(self) -> set[str]:
+        return {name for name, _ in self.numbers} | {name for name, _ in self.strings}
 
 
 def number_inputs(specs: list[ColumnSpec]) -> list[tuple[str, str | None]]:

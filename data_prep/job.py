@@ -186,13 +186,13 @@ def _build_validated(
             beside.append(
                 steps.beside("profile", lambda: write_profile(profile(clean, cfg.label, v.features, counts.classes)))
             )
-        model = fitted.model if fitted is not None else None
-        featurized, size = _features(clean, v, model)
+        encode = featurize.BatchFeatures(v.features, fitted.recipe) if fitted is not None else None
+        featurized, features, size = _features(clean, v, encode)
         steps.done("featurize", counts.splits.get("train", 0))
 
         # The split key stays in the dataset, so scoring can name it as score.id_column.
         key = [cfg.split.key] if cfg.split.key and cfg.split.key != cfg.label else []
-        columns = [F.col(ROW_ID), F.col(FEATURES), column(cfg.label), *[column(k) for k in key], F.col(SPLIT)]
+        columns = [F.col(ROW_ID), *features, column(cfg.label), *[column(k) for k in key], F.col(SPLIT)]
         rows = {
             name: counts.splits.get(name, 0)
             for name in SPLITS
@@ -205,6 +205,7 @@ def _build_validated(
             {name: f"{staging}/{name}" for name in rows},
             rows,
             shapes={FEATURES: (size,)},
+            encode=encode,
             row_group_mb=cfg.row_group_size_mb,
             max_shards=cfg.max_shards,
             partition_rows=counts.partitions,
@@ -336,17 +337,17 @@ def _label_scale(clean, cfg: DataConfig) -> dict[str, float] | None:
     return {"mean": float(row["mean"]), "std": float(row["std"]) if row["std"] else 1.0}
 
 
-def _features(clean, v: Validated, model):
-    """The rows with their features (through the fitted pipeline, or the one vector as it is) and the
-    features' length."""
+def _features(clean, v: Validated, encode: featurize.BatchFeatures | None):
+    """The rows to write, the columns of them that make the features (the one vector as it is, or the
+    feature pipeline's inputs, from which the write tasks compute the features) and the features' length."""
     from pyspark.sql import functions as F
 
-    if model is not None:
-        return featurize.transform(model, clean)
+    if encode is not None:
+        return clean, [F.expr(sql) for sql in encode.inputs], encode.size
     featurized = featurize.apply_fitted(clean, None, v.features)
     (spec,) = v.features
     # Validation quarantined every vector of another declared size; an undeclared size is the first row's.
-    return featurized, spec.size or featurized.select(F.size(FEATURES)).first()[0]
+    return featurized, [F.col(FEATURES)], spec.size or featurized.select(F.size(FEATURES)).first()[0]
 
 
 def _write_profile(spark, staging: str, cfg: DataConfig, duplicates: int, stats: dict[str, Any]) -> int:

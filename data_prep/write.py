@@ -162,6 +162,7 @@ def write_splits(
     row_group_mb: float,
     max_shards: int,
     partition_rows: dict[str, dict[int, int]] | None = None,
+    encode=None,
 ) -> dict[str, dict[str, Any]]:
     """Writes each split of df (named in its SPLIT column, its rows known) as a petastorm dataset at
     urls[split]; returns each one's rows, row groups and rows per file.
@@ -169,7 +170,9 @@ def write_splits(
     The splits are written by one Spark job, each task writing its partition's rows of every split, so the
     rows are read once. A split with a partition too small for one row per shard is written on its own,
     from one task. partition_rows: each split's rows per Spark partition where the caller counted them
-    (prepare counts them in one aggregate); otherwise they are counted here.
+    (prepare counts them in one aggregate); otherwise they are counted here. encode: what each task makes
+    of each Arrow table of df's rows before writing it, and `encode.schema` of df's schema the written one
+    (prepare's featurize.BatchFeatures); None writes the rows as they are.
     """
     from pyspark.sql import functions as F
 
@@ -180,8 +183,10 @@ def write_splits(
                 f"least one row group of one row); lower data.max_shards or give the {split} split more rows"
             )
     roots = [(store.fs, store.root) for store in map(_dataset_store, urls.values())]
-    data = df.drop(SPLIT)
-    target_rows = max(1, int(row_group_mb * MIB // max(estimate_row_bytes(data.schema, shapes), 1)))
+    written = df.drop(SPLIT).schema
+    if encode is not None:
+        written = encode.schema(written)
+    target_rows = max(1, int(row_group_mb * MIB // max(estimate_row_bytes(written, shapes), 1)))
     source, counts = _partitions(spark, df, rows, target_rows, max_shards, partition_rows)
     alone = [split for split in rows if any(n < max_shards for n in counts[split].values())]
     together = {split: counts[split] for split in rows if split not in alone}
@@ -199,10 +204,11 @@ def write_splits(
             log.info(
                 "%s: %d rows -> %d files of one row group from %d tasks", split, rows[split], planned[split], len(plan)
             )
-        part.mapInArrow(_partition_writer({split: urls[split] for split in sizes}, sizes), "file string").collect()
+        writer = _partition_writer({split: urls[split] for split in sizes}, sizes, encode)
+        part.mapInArrow(writer, "file string").collect()
     return {
         split: _finish(
-            url, rows[split], planned[split], unischema_from_spark(f"sparkml_par_{split}", data.schema, shapes), split
+            url, rows[split], planned[split], unischema_from_spark(f"sparkml_par_{split}", written, shapes), split
         )
         for split, url in urls.items()
     }
@@ -291,9 +297,9 @@ def _partitions(spark, df, rows: dict[str, int], target_rows: int, max_shards: i
     return df, counts
 
 
-def _partition_writer(urls: dict[str, str], sizes: dict[str, dict[int, list[int]]]):
-    """The function each write task runs: its partition's rows of each split, cut into the planned
-    one-row-group files of that split.
+def _partition_writer(urls: dict[str, str], sizes: dict[str, dict[int, list[int]]], encode):
+    """The function each write task runs: its partition's rows of each split (made by encode, when given),
+    cut into the planned one-row-group files of that split.
 
     Each file is written under a hidden name unique to the task attempt and renamed when complete, so a
     failed or speculative attempt never leaves a partial file under a dataset name.
@@ -311,6 +317,8 @@ def _partition_writer(urls: dict[str, str], sizes: dict[str, dict[int, list[int]
         writers = {split: _FileCutter(urls[split], sizes[split].get(task.partitionId(), []), task) for split in sizes}
         for batch in batches:
             table = pa.Table.from_batches([batch])
+            if encode is not None:
+                table = encode(table)
             for split, writer in writers.items():
                 # A job of one split was given only that split's rows (write_splits selects them): no filter.
                 rows = table if len(writers) == 1 else table.filter(pc.equal(table[SPLIT], split))

@@ -202,6 +202,9 @@ def test_exported_table_end_to_end(spark, tmp_path, scenario, caplog):
     parts = {"visited": featurize.DATETIME_PARTS["timestamp"], "born": featurize.DATETIME_PARTS["date"]}
     expected = {"visited": [2013, 3, 3, 1, 2], "born": [1942, 3, 3, 3]}
     assert {name: [derived[f"{plain[name]}__{p}"] for p in parts[name]] for name in parts} == expected
+    # The features prepare's write tasks computed from Arrow batches are those scoring's Spark ML pipeline
+    # computes from the same raw rows, bit for bit.
+    _assert_scoring_reproduces_the_written_features(spark, m, dataset, path, scenario.fmt)
 
     trained = train(spark, cfg)
     assert trained.epochs_run >= 1
@@ -217,6 +220,18 @@ def test_exported_table_end_to_end(spark, tmp_path, scenario, caplog):
     )
     assert raw.rows + raw.rejected["rows"] == ROWS
     assert raw.rejected["reasons"] == {}  # a missing label is scored: only prepare needs labels
+
+
+def _assert_scoring_reproduces_the_written_features(spark, m: dict, dataset: str, path: Path, fmt: str) -> None:
+    from data_prep.score_rows import read_raw, score_rows
+
+    scored = score_rows(spark, read_raw(spark, str(path), fmt, m), m, dataset).rows.select("_row_id", "features")
+    by_id = {r["_row_id"]: r["features"] for r in scored.collect()}  # collected: a join would plan the pipeline twice
+    written = spark.read.parquet(f"{dataset}/test").collect()
+    assert len(written) == m["splits"]["test"]["rows"] and all(r["_row_id"] in by_id for r in written)
+    np.testing.assert_array_equal(
+        np.array([r["features"] for r in written]), np.array([by_id[r["_row_id"]] for r in written])
+    )
 
 
 def _specs(manifest: dict):

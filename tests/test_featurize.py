@@ -1,5 +1,6 @@
 """The feature pipeline built from the train split's statistics transforms rows as Spark ML's pipeline
-fitted stage by stage does."""
+fitted stage by stage does, and its features computed from Arrow batches (as prepare's write tasks do)
+equal its Spark ML pipeline's."""
 
 from __future__ import annotations
 
@@ -65,7 +66,8 @@ def test_pipeline_from_statistics_equals_the_fitted_spark_ml_pipeline(spark, imp
     config = FeaturizeConfig(impute=impute, max_categories=0)
 
     fitted = _fit(train, config)
-    ours, size = featurize.transform(fitted.model, scored)
+    model = featurize.build_pipeline(scored, SPECS, fitted.recipe)
+    ours, size = featurize.transform(model, scored)
     reference = _stage_by_stage(train, config).transform(scored).select(vector_to_array("scaled").alias("f"))
 
     got = np.array([row[featurize.FEATURES] for row in ours.collect()], dtype=np.float64)
@@ -73,7 +75,7 @@ def test_pipeline_from_statistics_equals_the_fitted_spark_ml_pipeline(spark, imp
     assert size == 2 + 4 + 1 == want.shape[1]  # two numbers, four carriers and <other>
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)  # float32 features
     assert fitted.categories == {"carrier": {"distinct": 4, "kept": 4}}
-    (imputer,) = [stage for stage in fitted.model.stages if isinstance(stage, ImputerModel)]
+    (imputer,) = [stage for stage in model.stages if isinstance(stage, ImputerModel)]
     assert imputer.getStrategy() == impute  # the saved pipeline says how its gaps are filled
 
 
@@ -81,7 +83,8 @@ def test_categories_past_the_cap_and_unseen_ones_share_other(spark):
     train = spark.createDataFrame(TRAIN, "distance double, delay int, carrier string")
     fitted = _fit(train, FeaturizeConfig(impute="median", max_categories=2, scale=False))
     scored = spark.createDataFrame([(1.0, 1, "DL"), (1.0, 1, "WN"), (1.0, 1, "UA"), (1.0, 1, "AA")], train.schema)
-    rows = [row[featurize.FEATURES][2:] for row in featurize.transform(fitted.model, scored)[0].collect()]
+    model = featurize.build_pipeline(scored, SPECS, fitted.recipe)
+    rows = [row[featurize.FEATURES][2:] for row in featurize.transform(model, scored)[0].collect()]
     # UA (3 rows) and AA (2) are kept; DL and the unseen WN are <other>.
     assert rows == [[0.0, 0.0, 1.0], [0.0, 0.0, 1.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]
     assert fitted.categories == {"carrier": {"distinct": 4, "kept": 2}}
@@ -93,3 +96,40 @@ def test_a_number_column_with_no_value_in_train_is_named(spark):
     train = spark.createDataFrame([(None, 1, "UA"), (None, 2, "AA")], "distance double, delay int, carrier string")
     with pytest.raises(SparkmlParError, match="'distance': every value is missing in the train split"):
         _fit(train, FeaturizeConfig(impute="median"), {"carrier": [("UA", 1), ("AA", 1)]})
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        FeaturizeConfig(impute="median", max_categories=0),
+        FeaturizeConfig(impute="mean", max_categories=2, scale=False),
+        FeaturizeConfig(impute="median", one_hot=False),
+    ],
+    ids=["one-hot-scaled", "capped-unscaled", "indexed"],
+)
+def test_features_from_arrow_batches_equal_the_spark_ml_pipelines(spark, config):
+    """BatchFeatures in a mapInArrow task, as prepare's write tasks run it, against the Spark ML pipeline of
+    the same recipe, which scoring runs: the same float32 values, bit for bit."""
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+
+    # Validated rows, as prepare holds them: every number a double.
+    schema = "distance double, delay int, carrier string"
+    train = spark.createDataFrame(TRAIN, schema).withColumn("delay", F.col("delay").cast("double"))
+    scored = spark.createDataFrame(SCORED, schema).withColumn("delay", F.col("delay").cast("double"))
+    scored = scored.withColumn("id", F.monotonically_increasing_id())
+    recipe = _fit(train, config).recipe
+    encode = featurize.BatchFeatures(SPECS, recipe)
+    inputs = scored.select("id", *[F.expr(sql) for sql in encode.inputs])
+
+    def batches(tables):
+        for batch in tables:
+            yield from encode(pa.Table.from_batches([batch])).to_batches()
+
+    ours = inputs.mapInArrow(batches, encode.schema(inputs.schema)).orderBy("id").collect()
+    spark_ml, size = featurize.transform(featurize.build_pipeline(scored, SPECS, recipe), scored)
+    want = np.array([row[featurize.FEATURES] for row in spark_ml.orderBy("id").collect()], dtype=np.float32)
+    got = np.array([row[featurize.FEATURES] for row in ours], dtype=np.float32)
+    assert encode.size == size == want.shape[1]
+    assert [f.name for f in encode.schema(inputs.schema).fields] == ["id", featurize.FEATURES]
+    np.testing.assert_array_equal(got, want)
