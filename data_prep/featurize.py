@@ -4,8 +4,9 @@ Tabular inputs go through a copy of the columns under plain names (and date part
 indexer (the kept categories; the rest, and unseen ones, are <other>) -> one-hot -> vector assembler ->
 standard scaler (each as configured); the result becomes the `features` column as a float32 array. Inputs
 that arrive as one numeric vector (digits, images, synthetic) need no pipeline and pass through unchanged.
-Every step is a stage of a PipelineModel made from numbers (the recipe) that the dataset's manifest keeps,
-so scoring builds the same pipeline and repeats it exactly, with no saved model to read.
+The pipeline is fitted as numbers (the recipe) that the dataset's manifest keeps: prepare's write tasks
+compute the features from them on Arrow batches (`BatchFeatures`), and scoring builds the Spark ML
+PipelineModel of the same numbers, which gives the same float32 values, with no saved model to read.
 """
 
 from __future__ import annotations
