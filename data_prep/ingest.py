@@ -340,11 +340,15 @@ def naming_duplicate_columns(cfg: DataConfig):
     try:
         yield
     except Exception as exc:
-        found = re.search(r"\[COLUMN_ALREADY_EXISTS\] The column (`.*?`) already exists", str(exc))
-        if found is None:
+        message = str(exc)
+        found = re.search(r"\[COLUMN_ALREADY_EXISTS\] The column (`.*?`) already exists", message)
+        # Spark fails to quote a name that holds a backtick for that message, and says so instead (3.5 and 4).
+        unquoted = re.search(r"Syntax error in (?:the )?attribute name: (.*?)\.(?:\s|$)", message)
+        if found is None and unquoted is None:
             raise
+        name = found.group(1) if found else repr(unquoted.group(1))
         raise SparkmlParError(
-            f"data.path {cfg.path!r}: two columns have the same name {found.group(1)} when case is ignored, as Spark "
+            f"data.path {cfg.path!r}: two columns have the same name {name} when case is ignored, as Spark "
             f"compares names; rename one of them in the input"
         ) from None
 

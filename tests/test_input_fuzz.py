@@ -149,6 +149,7 @@ def _config(t: Table, path: Path, root: Path) -> DataConfig:
         "json", ["petal.length", "PETAL.LENGTH", "label"], [[1.0, 2.0, i % 2] for i in range(30)], "two classes"
     )
 )
+@example(table=Table("json", ["a`b", "A`B", "label"], [[0.0, 0.0, i % 2] for i in range(30)], "two classes"))
 @example(table=Table("csv", ["x", "label"], [[i % 3, 1] for i in range(30)], "one class"))
 @example(table=Table("csv", ["x", "label"], [["café", i % 2] for i in range(30)], "two classes", latin1=True))
 def test_any_table_gives_exact_counts_or_one_clear_error(spark, table):
