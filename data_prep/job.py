@@ -141,27 +141,24 @@ def _build_validated(
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    steps.begin("quarantine")
-    _write_quarantine(spark, v, cfg, staging, output)
-    steps.done("quarantine", v.rows_in - v.rows_clean)
-
-    steps.begin("duplicates")
+    beside = [_quarantine(spark, v, cfg, staging, output, steps)]
     clean = v.clean
-    content = [c for c in clean.columns if c != ROW_ID]
-    duplicates = count_duplicates(clean, content, v.rows_clean)
-    shuffled = bool(duplicates) and (cfg.dedupe or ing.content_row_ids)
-    if duplicates and cfg.dedupe:
-        clean = drop_duplicates(clean, content)
-    elif duplicates and ing.content_row_ids:
-        clean = make_row_ids_unique(clean)
-    clean = assign_splits(clean, cfg)
-    if shuffled:
-        # Rows a shuffle made are kept for the jobs below. Otherwise they are a projection of validation's
-        # persisted rows, cheaper to select again in each job than to cache a second time.
-        clean = clean.persist(StorageLevel.MEMORY_AND_DISK)
-    steps.done("duplicates", v.rows_clean)
-    beside: list[BackgroundJob] = []
     try:
+        steps.begin("duplicates")
+        content = [c for c in clean.columns if c != ROW_ID]
+        duplicates = count_duplicates(clean, content, v.rows_clean)
+        shuffled = bool(duplicates) and (cfg.dedupe or ing.content_row_ids)
+        if duplicates and cfg.dedupe:
+            clean = drop_duplicates(clean, content)
+        elif duplicates and ing.content_row_ids:
+            clean = make_row_ids_unique(clean)
+        clean = assign_splits(clean, cfg)
+        if shuffled:
+            # Rows a shuffle made are kept for the jobs below. Otherwise they are a projection of validation's
+            # persisted rows, cheaper to select again in each job than to cache a second time.
+            clean = clean.persist(StorageLevel.MEMORY_AND_DISK)
+        steps.done("duplicates", v.rows_clean)
+
         steps.begin("count splits")
         counts = _row_counts(clean, cfg, [s.name for s in v.features if s.type == "string"])
         steps.done("count splits", v.rows_clean)
@@ -311,19 +308,27 @@ def _row_counts(clean, cfg: DataConfig, texts: list[str]) -> _RowCounts:
     return _RowCounts(splits, partitions, classes, categories)
 
 
-def _write_quarantine(spark, v: Validated, cfg: DataConfig, staging: str, output: str) -> None:
-    """Writes rejected rows; when there are too many, keeps them beside the output and stops."""
+def _quarantine(spark, v: Validated, cfg: DataConfig, staging: str, output: str, steps: _Steps) -> BackgroundJob:
+    """Writes the rejected rows into the dataset in a job beside the steps after it (they need only their
+    count); when there are too many, writes them beside the output first and stops."""
     url = f"{staging}/{QUARANTINE_DIR}"
-    v.rejected.write.parquet(url)
     kept = f"{output}{REJECTED_SUFFIX}"
     try:
         check_reject_fraction(v, cfg, kept)
     except SparkmlParError:
+        steps.begin("quarantine")
+        v.rejected.write.parquet(url)
         fs = hadoop.HadoopFs(spark, kept)
         if fs.exists(kept):
             fs.delete(kept)
         fs.rename(url, kept)
         raise
+
+    def write() -> int:
+        v.rejected.write.parquet(url)
+        return v.rows_in - v.rows_clean
+
+    return steps.beside("quarantine", write)
 
 
 def _label_scale(clean, cfg: DataConfig) -> dict[str, float] | None:
