@@ -15,7 +15,8 @@ plain processes joined by torch.distributed gloo on loopback. Variants:
 - `hvd groups=1`: the same with `groups=1`, as sparkml_par.train.distributed builds it: all gradients
   go out as one grouped all-reduce, so one negotiation per step;
 - `hvd groups=1 + stop vote`: the same, and after every step the trainer's SIGTERM agreement
-  (`Preemption.requested()`, one all-reduce of two numbers), which every training step makes;
+  (`Preemption.requested()`, which every training step calls: an all-reduce of three numbers after every
+  step where steps take 0.1 s or more, about every 0.1 s otherwise);
 - `hvd <NAME=value>`: the default optimizer with each --env Horovod setting.
 
 A last launch repeats `hvd groups=1` with Horovod's timeline on (benchmarks.horovod_timeline): its rows say how

@@ -34,15 +34,21 @@ RESUMABLE = [
 
 
 def killing_model_args(
-    dataset: Path, kill_rank: int = -1, epoch: int = 2, step: int = 3, marker: str = "", signal_name: str = "SIGKILL"
+    dataset: Path,
+    kill_rank: int = -1,
+    epoch: int = 2,
+    step: int = 3,
+    marker: str = "",
+    signal_name: str = "SIGKILL",
+    step_seconds: float = 0.0,
 ) -> str:
     """The train.model_args of killing_mlp (hidden [32], dropout 0.2) under RESUMABLE that send `signal_name`
     to `kill_rank` at that 1-based step of that epoch of training on the dataset at `dataset`; kill_rank=-1
-    never kills."""
+    never kills. Each training step takes at least `step_seconds`."""
     at = (epoch - 1) * steps_per_epoch(train_rows(dataset), 32, 1) + step
     return (
         f"train.model_args={{hidden: [32], dropout: 0.2, kill_rank: {kill_rank}, kill_at_step: {at}, "
-        f"marker: '{marker}', signal_name: {signal_name}}}"
+        f"marker: '{marker}', signal_name: {signal_name}, step_seconds: {step_seconds}}}"
     )
 
 
@@ -53,7 +59,8 @@ def train_rows(dataset: Path) -> int:
 class KillingMLP(MLP):
     """`train.model=mlp`'s network, whose rank `kill_rank` sends its own process `signal_name` (SIGKILL by
     default) at training step `kill_at_step` (1-based, counted from the start of training); with `marker`,
-    only while that file does not exist (it is created first), i.e. once.
+    only while that file does not exist (it is created first), i.e. once. With `step_seconds`, each training
+    forward pass sleeps that long: steps as slow as a large model's, which the ranks' SIGTERM agreement sees.
 
     The count is a buffer, so it is checkpointed and restored with the weights: a run resumed from the
     checkpoint of epoch e counts on from e's last step, and the kill lands on the same step every attempt.
@@ -69,14 +76,17 @@ class KillingMLP(MLP):
         kill_at_step: int,
         marker: str,
         signal_name: str = "SIGKILL",
+        step_seconds: float = 0.0,
     ):
         super().__init__(in_features, num_outputs, hidden, dropout, batchnorm=False)
         self.kill_rank, self.kill_at_step, self.marker = kill_rank, kill_at_step, marker
+        self.step_seconds = step_seconds
         self.signal = getattr(signal, signal_name)
         self.register_buffer("train_steps", torch.zeros((), dtype=torch.int64))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.training:
+            time.sleep(self.step_seconds)
             self.train_steps += 1
             if int(self.train_steps) == self.kill_at_step and _rank() == self.kill_rank and self._armed():
                 os.kill(os.getpid(), self.signal)
@@ -101,6 +111,7 @@ def killing_mlp(
     kill_at_step=0,
     marker="",
     signal_name="SIGKILL",
+    step_seconds=0.0,
 ):
     """Builder for `train.model=injected_faults:killing_mlp`; kill_rank=-1 never kills (the uninterrupted run)."""
     return KillingMLP(
@@ -112,6 +123,7 @@ def killing_mlp(
         int(kill_at_step),
         str(marker),
         str(signal_name),
+        float(step_seconds),
     )
 
 

@@ -21,6 +21,7 @@ from sparkml_par.train.artifact import load_model_artifact
 from sparkml_par.train.data import ShardBatches
 from sparkml_par.train.job import build_train_job, train
 from sparkml_par.train.loop import steps_per_epoch
+from sparkml_par.train.preemption import AGREE_SECONDS
 
 # Exact comparisons: plain SGD, no shuffling, no schedule, the learning rate not scaled by the rank count.
 EXACT = [
@@ -208,12 +209,27 @@ def test_a_rank_killed_mid_epoch_resumes_at_its_step_checkpoint_to_the_uninterru
         assert ours["train_loss"] == pytest.approx(theirs["train_loss"], rel=1e-6)
 
 
-def test_sigterm_stops_every_rank_at_a_checkpoint_and_training_goes_on_to_the_same_weights(spark, synthetic, caplog):
-    """Rank 1 is sent SIGTERM once, in step 5 of epoch 2 of 4: the ranks learn of it after the next step (the
-    agreement runs beside a step) and stop there with a checkpoint, the driver launches them again from it,
-    and the run ends with the uninterrupted run's weights."""
-    uninterrupted = train(spark, _config(synthetic, "never-stopped", *RESUMABLE, _killing(synthetic)))
-    stopped_once = _killing(synthetic, kill_rank=1, step=5, marker=str(synthetic / "stopped"), signal_name="SIGTERM")
+@pytest.fixture(scope="module")
+def uninterrupted(spark, synthetic):
+    """The 4 epochs of RESUMABLE training that no signal interrupts: the weights an interrupted run must end with."""
+    return train(spark, _config(synthetic, "never-stopped", *RESUMABLE, _killing(synthetic)))
+
+
+def test_sigterm_stops_every_rank_at_a_checkpoint_and_training_goes_on_to_the_same_weights(
+    spark, synthetic, uninterrupted, caplog
+):
+    """Rank 1 is sent SIGTERM once, in step 5 of epoch 2 of 4, in steps as long as the ranks' agreement
+    interval, so they agree after every step: they learn of it after the next step (the agreement runs beside
+    a step) and stop there with a checkpoint, the driver launches them again from it, and the run ends with the
+    uninterrupted run's weights."""
+    stopped_once = _killing(
+        synthetic,
+        kill_rank=1,
+        step=5,
+        marker=str(synthetic / "stopped"),
+        signal_name="SIGTERM",
+        step_seconds=AGREE_SECONDS,
+    )
     with caplog.at_level("INFO"):
         resumed = train(spark, _config(synthetic, "preempted", *RESUMABLE, stopped_once))
     steps = steps_per_epoch(injected_faults.train_rows(synthetic / "dataset"), 32, 1)
@@ -239,6 +255,34 @@ def test_sigterm_stops_every_rank_at_a_checkpoint_and_training_goes_on_to_the_sa
     }
     metrics = [json.loads(line) for line in (synthetic / "preempted" / "metrics.jsonl").read_text().splitlines()]
     assert [r.get("interruptions") for r in metrics] == [None, [event], None, None]
+    _assert_same_weights(_weights(resumed), _weights(uninterrupted), 1e-6)
+
+
+def test_sigterm_in_short_steps_stops_every_rank_at_the_next_agreement(spark, synthetic, uninterrupted, caplog):
+    """Steps a tenth of the agreement interval: the ranks agree about every 10 steps, not after each, so a
+    SIGTERM in step 5 of epoch 2 stops every rank at one step up to 11 steps later, with a checkpoint there,
+    and the run still ends with the uninterrupted run's weights."""
+    stopped_once = _killing(
+        synthetic,
+        kill_rank=1,
+        step=5,
+        marker=str(synthetic / "stopped-short-steps"),
+        signal_name="SIGTERM",
+        step_seconds=AGREE_SECONDS / 10,
+    )
+    with caplog.at_level("INFO"):
+        resumed = train(spark, _config(synthetic, "preempted-short-steps", *RESUMABLE, stopped_once))
+    steps = steps_per_epoch(injected_faults.train_rows(synthetic / "dataset"), 32, 1)
+    stopped = re.search(r"SIGTERM: every rank stopped after step (\d+); checkpoint (\S+) on disk", caplog.text)
+    assert stopped, caplog.text[-2000:]
+    step = int(stopped.group(1))
+    assert steps + 6 <= step <= steps + 16
+    epoch, position = divmod(step, steps)
+    name = f"checkpoint-{epoch:05d}-{position:06d}.pt" if position else f"checkpoint-{epoch:05d}.pt"
+    assert stopped.group(2) == str(synthetic / "preempted-short-steps" / "checkpoints" / name)
+    assert [r["epoch"] for r in resumed.history] == [1, 2, 3, 4]
+    (event,) = resumed.interruptions
+    assert (event["reason"], event["steps_repeated"], event["ranks_after"]) == ("preempted", 0, 2)
     _assert_same_weights(_weights(resumed), _weights(uninterrupted), 1e-6)
 
 
