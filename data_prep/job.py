@@ -313,21 +313,21 @@ def _quarantine(spark, v: Validated, cfg: DataConfig, staging: str, output: str,
     count); when there are too many, writes them beside the output first and stops."""
     url = f"{staging}/{QUARANTINE_DIR}"
     kept = f"{output}{REJECTED_SUFFIX}"
-    try:
-        check_reject_fraction(v, cfg, kept)
-    except SparkmlParError:
-        steps.begin("quarantine")
-        v.rejected.write.parquet(url)
-        fs = hadoop.HadoopFs(spark, kept)
-        if fs.exists(kept):
-            fs.delete(kept)
-        fs.rename(url, kept)
-        raise
 
     def write() -> int:
         v.rejected.write.parquet(url)
         return v.rows_in - v.rows_clean
 
+    try:
+        check_reject_fraction(v, cfg, kept)
+    except SparkmlParError:
+        steps.begin("quarantine")
+        write()
+        fs = hadoop.HadoopFs(spark, kept)
+        if fs.exists(kept):
+            fs.delete(kept)
+        fs.rename(url, kept)
+        raise
     return steps.beside("quarantine", write)
 
 

@@ -40,7 +40,6 @@ class Preemption:
         # Only a process's main thread may set handlers (a rank's function runs there under both launchers).
         if threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGTERM, self._note)
-        self._started = time.perf_counter()
         return self
 
     def __exit__(self, *exc) -> None:
