@@ -171,18 +171,20 @@ def _build_validated(
 
         steps.begin("featurize")
         label_scale = _label_scale(clean, cfg) if cfg.task == "regression" else None
-        fitted = None
+        fitted = statistics = None
         if featurize.needs_pipeline(v.features):
-            # One aggregate: the profile, and the train split's statistics the feature pipeline is built from.
+            # One aggregate: the profile's statistics, and the train split's the feature pipeline is built from.
             numbers = featurize.number_inputs(v.features)
-            statistics = column_statistics(clean, cfg.label, v.features, numbers, cfg.featurize.impute == "median")
-            write_profile(profile(clean, cfg.label, v.features, counts.classes, statistics))
+            medians = cfg.featurize.impute == "median"
+            statistics = column_statistics(clean, cfg.label, v.features, numbers, medians, v.rows_clean)
             train = clean.where(F.col(SPLIT) == "train")
             fitted = featurize.fit_feature_pipeline(train, v.features, cfg.featurize, counts.categories, statistics)
-        else:  # one vector: the profile's aggregates in a job of their own, beside the writes
-            beside.append(
-                steps.beside("profile", lambda: write_profile(profile(clean, cfg.label, v.features, counts.classes)))
+        # The rest of the profile (its distinct counts, a vector's statistics) in a job beside the writes.
+        beside.append(
+            steps.beside(
+                "profile", lambda: write_profile(profile(clean, cfg.label, v.features, counts.classes, statistics))
             )
+        )
         encode = featurize.BatchFeatures(v.features, fitted.recipe) if fitted is not None else None
         featurized, features, size = _features(clean, v, encode)
         steps.done("featurize", counts.splits.get("train", 0))

@@ -12,6 +12,9 @@ from sparkml_par.contract import ROW_ID, SPLIT, column, quoted
 # only reported; at 0.1 the HyperLogLog++ sketch of each column has a quarter of the registers, so an
 # aggregate over many columns builds and merges far smaller sketches.
 DISTINCT_RSD = 0.1
+# Values (rows times scalar columns) from which the distinct counts leave the statistics' aggregate for one
+# of their own (see `column_statistics`): on fewer, a second job costs more than the interpreted aggregate.
+SKETCHES_APART_VALUES = 1_000_000
 
 
 def count_duplicates(df, columns: list[str], rows: int) -> int:
@@ -39,10 +42,11 @@ def drop_duplicates(df, columns: list[str]):
 
 @dataclass
 class ColumnStatistics:
-    """One aggregate's statistics of the clean rows: the profile's of each scalar column (over every row),
-    and, for the numbers the feature pipeline reads, over the train split: its rows and per number (a
-    column, or a part of a timestamp or date, as (column, part)) its values' count, mean, sample variance
-    and approximate median (None unless asked for)."""
+    """Statistics of the clean rows: the profile's of each scalar column (over every row), and, for the
+    numbers the feature pipeline reads, over the train split: its rows and per number (a column, or a part
+    of a timestamp or date, as (column, part)) its values' count, mean, sample variance and approximate
+    median (None unless asked for). The columns' approximate distinct counts where the same aggregate
+    counted them (else None: the profile counts them)."""
 
     rows: int
     columns: dict[str, dict[str, Any]]
@@ -50,6 +54,7 @@ class ColumnStatistics:
     train: dict[tuple[str, str | None], tuple[int, float | None, float | None, float | None]] = field(
         default_factory=dict
     )
+    distinct: dict[str, int] | None = None
 
 
 def profile(
@@ -61,11 +66,14 @@ def profile(
 ) -> dict[str, Any]:
     """Count, nulls, min/max/mean/stddev, approximate distinct counts, and the label distribution (rows per
     class of a classification label, counted by the caller together with the splits). `statistics`: the
-    scalar columns' aggregate when the caller made it (with the feature pipeline's numbers); vector
-    columns (one, alone, in a valid config) keep an aggregate of their own."""
+    scalar columns' aggregate when the caller made it (with the feature pipeline's numbers); the distinct
+    counts and the vector columns (one, alone, in a valid config) are aggregates of their own."""
     if statistics is None:
         statistics = column_statistics(df, label, specs)
-    columns = dict(statistics.columns)
+    columns = {name: dict(stats) for name, stats in statistics.columns.items()}
+    distinct = statistics.distinct if statistics.distinct is not None else _distinct_counts(df, list(columns))
+    for name, count in distinct.items():
+        columns[name]["distinct"] = count
     vectors = [s.name for s in specs if s.type == "vector"]
     if vectors:
         columns.update(_vector_statistics(df, vectors))
@@ -81,32 +89,29 @@ def column_statistics(
     specs: list[ColumnSpec],
     numbers: list[tuple[str, str | None]] | None = None,
     medians: bool = False,
+    rows: int = 0,
 ) -> ColumnStatistics:
     """The profile's statistics of the label and the scalar feature columns and, when `numbers` is given
     (the feature pipeline's inputs: (column, None) for a number column, (column, part) for a part of a
     timestamp or date), the train split's rows (df's `_split`) and their statistics over it, with
-    approximate medians when `medians`.
+    approximate medians when `medians`; `rows`: df's rows where the caller knows them.
 
-    The columns are unpivoted into one long (column, value) table and aggregated per column: the plan
-    holds a dozen aggregates whatever the width. Six aggregates per column in one wide row would instead
-    cost more in Spark than the data: the wide plan's code generation, its large task binary and its
-    execution. Each column becomes a struct of a double `d` (numbers) and a string `s` (text); its position
-    names it, so any column name works, and the whole plan is two SQL strings (one Py4J call each).
+    The columns are unpivoted (`_unpivoted`) and aggregated per column: the plan holds a dozen aggregates
+    whatever the width. Six aggregates per column in one wide row would instead cost more in Spark than
+    the data: the wide plan's code generation, its large task binary and its execution. Sketches (the
+    median's, the distinct count's) are aggregates Spark generates no code for, which keeps the whole
+    aggregate out of code generation. So the distinct counts are made here where the medians are, or where
+    the rows are few, and otherwise left to the profile's aggregate of a row of sketches (`_distinct_counts`).
     """
     from pyspark.sql import functions as F
     from pyspark.sql.types import IntegralType
 
-    numeric = [label] + [s.name for s in specs if s.type in ("float", "int", "bool")]
-    strings = [s.name for s in specs if s.type in ("string", "timestamp", "date")]  # timestamps: distinct counts
-    parts = [(name, part) for name, part in numbers or [] if part is not None]
+    numeric, strings = _scalar_columns(label, specs)
     scalar = numeric + strings
-    values = [_scalar_value(quoted(name), text=name in strings) for name in scalar]
-    values += [_scalar_value(f"{part}({quoted(name)})", text=False) for name, part in parts]
-    selected = [f"{value} AS `{i}`" for i, value in enumerate(values)]
+    parts = [(name, part) for name, part in numbers or [] if part is not None]
     train = f"{SPLIT} = 'train'" if numbers is not None else "false"
-    long = df.selectExpr(f"{train} AS _train", *selected).unpivot(
-        ["_train"], [str(i) for i in range(len(values))], "column", "value"
-    )
+    long = _unpivoted(df, numeric, strings, parts, train)
+    sketches = bool(numbers) and medians or rows * len(scalar) < SKETCHES_APART_VALUES
     aggregates = [
         "count(1) AS rows",
         "count_if(value.d IS NULL AND value.s IS NULL) AS nulls",
@@ -114,8 +119,6 @@ def column_statistics(
         "max(value.d) AS max",
         "avg(value.d) AS mean",
         "stddev(value.d) AS stddev",
-        f"approx_count_distinct(value.d, {DISTINCT_RSD}) AS numbers",
-        f"approx_count_distinct(value.s, {DISTINCT_RSD}) AS texts",
     ]
     if numbers is not None:
         aggregates += [
@@ -124,8 +127,13 @@ def column_statistics(
             "avg(value.d) FILTER (WHERE _train) AS train_mean",
             "var_samp(value.d) FILTER (WHERE _train) AS train_variance",
         ]
-        if medians:  # Spark's Imputer's relative error for its approximate median (1 / 0.001)
-            aggregates.append("percentile_approx(value.d, 0.5, 1000) FILTER (WHERE _train) AS train_median")
+    if numbers and medians:  # Spark's Imputer's relative error for its approximate median (1 / 0.001)
+        aggregates.append("percentile_approx(value.d, 0.5, 1000) FILTER (WHERE _train) AS train_median")
+    if sketches:
+        aggregates += [
+            f"approx_count_distinct(value.d, {DISTINCT_RSD}) AS numbers",
+            f"approx_count_distinct(value.s, {DISTINCT_RSD}) AS texts",
+        ]
     found = {int(r["column"]): r for r in long.groupBy("column").agg(*[F.expr(a) for a in aggregates]).collect()}
     # A frame without rows aggregates to no row at all: what a global aggregate of no rows gives.
     empty = {"rows": 0, "nulls": 0, "min": None, "max": None, "mean": None, "stddev": None, "numbers": 0, "texts": 0}
@@ -135,7 +143,7 @@ def column_statistics(
     for i, name in enumerate(scalar):
         r = found.get(i, empty)
         if name in strings:
-            columns[name] = {"nulls": r["nulls"], "distinct": r["texts"]}
+            columns[name] = {"nulls": r["nulls"]}
             continue
         as_type = int if name in integral else float
         columns[name] = {
@@ -144,7 +152,6 @@ def column_statistics(
             "max": None if r["max"] is None else as_type(r["max"]),
             "mean": r["mean"],
             "stddev": r["stddev"],
-            "distinct": r["numbers"],
         }
     position = {(name, None): i for i, name in enumerate(scalar)}
     position.update({number: len(scalar) + i for i, number in enumerate(parts)})
@@ -154,7 +161,41 @@ def column_statistics(
         median = r["train_median"] if medians else None
         train[number] = (r["train_values"], r["train_mean"], r["train_variance"], median)
     label = found.get(0, empty)  # position 0, the label, is always there
-    return ColumnStatistics(label["rows"], columns, label["train_rows"] if numbers is not None else 0, train)
+    train_rows = label["train_rows"] if numbers is not None else 0
+    distinct = None
+    if sketches:
+        distinct = {
+            name: found.get(i, empty)["texts" if name in strings else "numbers"] for i, name in enumerate(scalar)
+        }
+    return ColumnStatistics(label["rows"], columns, train_rows, train, distinct)
+
+
+def _distinct_counts(df, names: list[str]) -> dict[str, int]:
+    """The approximate distinct count of each column in `names`, from one aggregate of a sketch per column
+    over df's rows as they are: no code is generated for a sketch's aggregate, and one row of sketches
+    costs far less than a sketch per row of the unpivoted table."""
+    sketches = [f"approx_count_distinct({quoted(name)}, {DISTINCT_RSD}) AS `{i}`" for i, name in enumerate(names)]
+    row = df.selectExpr(*sketches).first()
+    return {name: row[i] for i, name in enumerate(names)}
+
+
+def _scalar_columns(label: str, specs: list[ColumnSpec]) -> tuple[list[str], list[str]]:
+    """The profile's scalar columns: (the label and the number and bool features, the text features and
+    the timestamps and dates, whose distinct counts are of their text)."""
+    numeric = [label] + [s.name for s in specs if s.type in ("float", "int", "bool")]
+    return numeric, [s.name for s in specs if s.type in ("string", "timestamp", "date")]
+
+
+def _unpivoted(df, numeric: list[str], strings: list[str], parts: list[tuple[str, str]], train: str):
+    """df as a long table of (`_train` from the SQL `train`, `column`, `value`): each column (and each part of
+    a timestamp or date in `parts`) a struct of a double `d` (numbers) or a string `s` (text), the other
+    field null. Its position names it, so any column name works, and the plan is one SQL string."""
+    values = [_scalar_value(quoted(name), text=name in strings) for name in numeric + strings]
+    values += [_scalar_value(f"{part}({quoted(name)})", text=False) for name, part in parts]
+    selected = [f"{value} AS `{i}`" for i, value in enumerate(values)]
+    return df.selectExpr(f"{train} AS _train", *selected).unpivot(
+        ["_train"], [str(i) for i in range(len(values))], "column", "value"
+    )
 
 
 def _scalar_value(sql: str, *, text: bool) -> str:

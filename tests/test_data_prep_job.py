@@ -407,6 +407,42 @@ def test_profile_names_any_column(spark):
     assert type(columns["class label"]["min"]) is int and type(columns["x|y"]["min"]) is float
 
 
+def test_profile_counts_distinct_values_alike_with_the_statistics_or_apart(spark):
+    """The distinct counts leave the statistics' aggregate for one of their own on many values (without
+    medians, which make that aggregate a sketch's already): the profile is the same either way."""
+    import datetime
+
+    from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType, TimestampType
+
+    from data_prep import featurize
+    from data_prep.profile import SKETCHES_APART_VALUES, column_statistics, profile
+    from sparkml_par.config import ColumnSpec
+
+    schema = StructType(
+        [
+            StructField("x", DoubleType()),
+            StructField("s", StringType()),
+            StructField("t", TimestampType()),
+            StructField("y", LongType()),
+            StructField("_split", StringType()),
+        ]
+    )
+    day = datetime.datetime(2026, 1, 1)
+    rows = [(float(i % 5), f"c{i % 3}", day + datetime.timedelta(hours=i % 4), i % 2, "train") for i in range(40)]
+    df = spark.createDataFrame(rows + [(None, None, None, 1, "test")], schema)
+    specs = [ColumnSpec("x", "float"), ColumnSpec("s", "string"), ColumnSpec("t", "timestamp")]
+    numbers = featurize.number_inputs(specs)
+
+    together = column_statistics(df, "y", specs, numbers, rows=41)
+    apart = column_statistics(df, "y", specs, numbers, rows=SKETCHES_APART_VALUES)
+    with_medians = column_statistics(df, "y", specs, numbers, medians=True, rows=SKETCHES_APART_VALUES)
+
+    assert together.distinct == {"y": 2, "x": 5, "s": 3, "t": 4} and apart.distinct is None
+    assert with_medians.distinct == together.distinct and with_medians.train[("x", None)][3] == 2.0
+    assert profile(df, "y", specs, None, apart) == profile(df, "y", specs, None, together)
+    assert profile(df, "y", specs, None, together)["columns"]["t"] == {"nulls": 1, "distinct": 4}
+
+
 def test_profile_of_no_rows(spark):
     """A frame without rows profiles as zero rows, zero nulls and no bounds, not as a missing column."""
     from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
