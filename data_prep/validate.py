@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import string
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -412,7 +413,7 @@ def _value_counts(df, fields) -> dict[int, Any]:
     rows = df.where(F.col(INGEST_ERROR).isNull()).limit(INFER_ROWS).selectExpr(*parts)
     long = rows.unpivot([], [str(i) for i in range(len(fields))], "column", "value")
     value, number, moment = F.col("value"), as_number("value"), F.expr("try_to_timestamp(value)")
-    word = F.lower(F.trim(value))
+    word = _bool_word(value)
     counted = long.groupBy("column").agg(
         F.count(value).alias("values"),
         F.approx_count_distinct(value).alias("distinct"),
@@ -582,6 +583,14 @@ def _feature_checks(df, spec: ColumnSpec, cfg: DataConfig):
     return value, checks
 
 
+def _bool_word(text):
+    """A text trimmed and with A-Z in lower case, to compare with the bool words (all ASCII). Not Spark's
+    lower(): on Spark 4 it first builds ICU's case tables, a fixed cost paid again in each fresh driver JVM."""
+    from pyspark.sql import functions as F
+
+    return F.translate(F.trim(text), string.ascii_uppercase, string.ascii_lowercase)
+
+
 def _as_bool(df, spec: ColumnSpec):
     """A bool column as 1.0 / 0.0, null when it holds anything else (then `unparseable:<col>`)."""
     from pyspark.sql import functions as F
@@ -590,7 +599,7 @@ def _as_bool(df, spec: ColumnSpec):
     raw = column(spec.name)
     if isinstance(df.schema[spec.name].dataType, BooleanType):
         return raw.cast("double")
-    word = F.lower(F.trim(raw.cast("string")))
+    word = _bool_word(raw.cast("string"))
     return F.when(word.isin(*TRUE_WORDS), F.lit(1.0)).when(word.isin(*FALSE_WORDS), F.lit(0.0))
 
 
