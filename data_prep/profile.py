@@ -12,8 +12,8 @@ from sparkml_par.contract import ROW_ID, SPLIT, column, quoted
 # only reported; at 0.1 the HyperLogLog++ sketch of each column has a quarter of the registers, so an
 # aggregate over many columns builds and merges far smaller sketches.
 DISTINCT_RSD = 0.1
-# Values (rows times scalar columns) from which the distinct counts leave the statistics' aggregate for one
-# of their own (see `column_statistics`): on fewer, a second job costs more than the interpreted aggregate.
+# Values (rows times scalar columns) from which the sketches leave the statistics' aggregate for one of their
+# own (see `column_statistics`): on fewer, a second job costs more than the interpreted aggregate saves.
 SKETCHES_APART_VALUES = 1_000_000
 
 
@@ -71,7 +71,7 @@ def profile(
     if statistics is None:
         statistics = column_statistics(df, label, specs)
     columns = {name: dict(stats) for name, stats in statistics.columns.items()}
-    distinct = statistics.distinct if statistics.distinct is not None else _distinct_counts(df, list(columns))
+    distinct = statistics.distinct if statistics.distinct is not None else _sketches(df, list(columns))[0]
     for name, count in distinct.items():
         columns[name]["distinct"] = count
     vectors = [s.name for s in specs if s.type == "vector"]
@@ -100,18 +100,20 @@ def column_statistics(
     whatever the width. Six aggregates per column in one wide row would instead cost more in Spark than
     the data: the wide plan's code generation, its large task binary and its execution. Sketches (the
     median's, the distinct count's) are aggregates Spark generates no code for, which keeps the whole
-    aggregate out of code generation. So the distinct counts are made here where the medians are, or where
-    the rows are few, and otherwise left to the profile's aggregate of a row of sketches (`_distinct_counts`).
+    aggregate out of code generation; a row of them per column (`_sketches`) costs far less than a sketch
+    per row of the unpivoted table. So on many values the sketches leave the aggregate: the medians with
+    the distinct counts in one row of sketches, or without medians the distinct counts left to the profile.
     """
     from pyspark.sql import functions as F
     from pyspark.sql.types import IntegralType
 
     numeric, strings = _scalar_columns(label, specs)
     scalar = numeric + strings
+    medians_of = list(numbers or []) if medians else []
     parts = [(name, part) for name, part in numbers or [] if part is not None]
     train = f"{SPLIT} = 'train'" if numbers is not None else "false"
     long = _unpivoted(df, numeric, strings, parts, train)
-    sketches = bool(numbers) and medians or rows * len(scalar) < SKETCHES_APART_VALUES
+    apart = rows * len(scalar) >= SKETCHES_APART_VALUES
     aggregates = [
         "count(1) AS rows",
         "count_if(value.d IS NULL AND value.s IS NULL) AS nulls",
@@ -127,17 +129,27 @@ def column_statistics(
             "avg(value.d) FILTER (WHERE _train) AS train_mean",
             "var_samp(value.d) FILTER (WHERE _train) AS train_variance",
         ]
-    if numbers and medians:  # Spark's Imputer's relative error for its approximate median (1 / 0.001)
-        aggregates.append("percentile_approx(value.d, 0.5, 1000) FILTER (WHERE _train) AS train_median")
-    if sketches:
+    if not apart:
         aggregates += [
             f"approx_count_distinct(value.d, {DISTINCT_RSD}) AS numbers",
             f"approx_count_distinct(value.s, {DISTINCT_RSD}) AS texts",
         ]
+        if medians_of:  # Spark's Imputer's relative error for its approximate median (1 / 0.001)
+            aggregates.append("percentile_approx(value.d, 0.5, 1000) FILTER (WHERE _train) AS train_median")
     found = {int(r["column"]): r for r in long.groupBy("column").agg(*[F.expr(a) for a in aggregates]).collect()}
     # A frame without rows aggregates to no row at all: what a global aggregate of no rows gives.
     empty = {"rows": 0, "nulls": 0, "min": None, "max": None, "mean": None, "stddev": None, "numbers": 0, "texts": 0}
     empty.update(train_rows=0, train_values=0, train_mean=None, train_variance=None, train_median=None)
+    position = {(name, None): i for i, name in enumerate(scalar)}
+    position.update({number: len(scalar) + i for i, number in enumerate(parts)})
+    distinct, median = None, {}
+    if not apart:
+        distinct = {
+            name: found.get(i, empty)["texts" if name in strings else "numbers"] for i, name in enumerate(scalar)
+        }
+        median = {number: found.get(position[number], empty)["train_median"] for number in medians_of}
+    elif medians_of:
+        distinct, median = _sketches(df, scalar, medians_of)
     integral = {f.name for f in df.schema.fields if isinstance(f.dataType, IntegralType)}
     columns: dict[str, dict[str, Any]] = {}
     for i, name in enumerate(scalar):
@@ -153,30 +165,28 @@ def column_statistics(
             "mean": r["mean"],
             "stddev": r["stddev"],
         }
-    position = {(name, None): i for i, name in enumerate(scalar)}
-    position.update({number: len(scalar) + i for i, number in enumerate(parts)})
     train = {}
     for number in numbers or []:
         r = found.get(position[number], empty)
-        median = r["train_median"] if medians else None
-        train[number] = (r["train_values"], r["train_mean"], r["train_variance"], median)
+        train[number] = (r["train_values"], r["train_mean"], r["train_variance"], median.get(number))
     label = found.get(0, empty)  # position 0, the label, is always there
     train_rows = label["train_rows"] if numbers is not None else 0
-    distinct = None
-    if sketches:
-        distinct = {
-            name: found.get(i, empty)["texts" if name in strings else "numbers"] for i, name in enumerate(scalar)
-        }
     return ColumnStatistics(label["rows"], columns, train_rows, train, distinct)
 
 
-def _distinct_counts(df, names: list[str]) -> dict[str, int]:
-    """The approximate distinct count of each column in `names`, from one aggregate of a sketch per column
-    over df's rows as they are: no code is generated for a sketch's aggregate, and one row of sketches
-    costs far less than a sketch per row of the unpivoted table."""
-    sketches = [f"approx_count_distinct({quoted(name)}, {DISTINCT_RSD}) AS `{i}`" for i, name in enumerate(names)]
-    row = df.selectExpr(*sketches).first()
-    return {name: row[i] for i, name in enumerate(names)}
+def _sketches(
+    df, distinct_of: list[str], medians_of: list[tuple[str, str | None]] = ()
+) -> tuple[dict[str, int], dict[tuple[str, str | None], float | None]]:
+    """The approximate distinct count of each column in `distinct_of` and the approximate median over the
+    train split of each number in `medians_of` (as `column_statistics` names them), from one aggregate of a
+    row of sketches over df's rows as they are."""
+    sketches = [f"approx_count_distinct({quoted(name)}, {DISTINCT_RSD})" for name in distinct_of]
+    for name, part in medians_of:
+        value = quoted(name) if part is None else f"{part}({quoted(name)})"
+        sketches.append(f"percentile_approx(CAST({value} AS DOUBLE), 0.5, 1000) FILTER (WHERE {SPLIT} = 'train')")
+    row = df.selectExpr(*[f"{sql} AS `{i}`" for i, sql in enumerate(sketches)]).first()
+    distinct = {name: row[i] for i, name in enumerate(distinct_of)}
+    return distinct, {number: row[len(distinct_of) + i] for i, number in enumerate(medians_of)}
 
 
 def _scalar_columns(label: str, specs: list[ColumnSpec]) -> tuple[list[str], list[str]]:

@@ -408,8 +408,8 @@ def test_profile_names_any_column(spark):
 
 
 def test_profile_counts_distinct_values_alike_with_the_statistics_or_apart(spark):
-    """The distinct counts leave the statistics' aggregate for one of their own on many values (without
-    medians, which make that aggregate a sketch's already): the profile is the same either way."""
+    """On many values the sketches leave the statistics' aggregate: the medians with the distinct counts in a
+    row of sketches, or without medians the distinct counts left to the profile. The same figures either way."""
     import datetime
 
     from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType, TimestampType
@@ -433,12 +433,14 @@ def test_profile_counts_distinct_values_alike_with_the_statistics_or_apart(spark
     specs = [ColumnSpec("x", "float"), ColumnSpec("s", "string"), ColumnSpec("t", "timestamp")]
     numbers = featurize.number_inputs(specs)
 
-    together = column_statistics(df, "y", specs, numbers, rows=41)
+    together = column_statistics(df, "y", specs, numbers, medians=True, rows=41)
     apart = column_statistics(df, "y", specs, numbers, rows=SKETCHES_APART_VALUES)
-    with_medians = column_statistics(df, "y", specs, numbers, medians=True, rows=SKETCHES_APART_VALUES)
+    medians_apart = column_statistics(df, "y", specs, numbers, medians=True, rows=SKETCHES_APART_VALUES)
 
     assert together.distinct == {"y": 2, "x": 5, "s": 3, "t": 4} and apart.distinct is None
-    assert with_medians.distinct == together.distinct and with_medians.train[("x", None)][3] == 2.0
+    assert medians_apart.distinct == together.distinct and medians_apart.train == together.train
+    assert together.train[("x", None)] == (40, 2.0, pytest.approx(80 / 39), 2.0)
+    assert together.train[("t", "hour")][3] == 1.0 and apart.train[("x", None)][3] is None
     assert profile(df, "y", specs, None, apart) == profile(df, "y", specs, None, together)
     assert profile(df, "y", specs, None, together)["columns"]["t"] == {"nulls": 1, "distinct": 4}
 
