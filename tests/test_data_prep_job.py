@@ -407,6 +407,7 @@ def test_profile_names_any_column(spark):
     assert type(columns["class label"]["min"]) is int and type(columns["x|y"]["min"]) is float
 
 
+@pytest.mark.stack
 def test_profile_counts_distinct_values_alike_with_the_statistics_or_apart(spark):
     """On many values the sketches leave the statistics' aggregate: the medians with the distinct counts in a
     row of sketches, or without medians the distinct counts left to the profile. The same figures either way."""
