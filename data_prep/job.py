@@ -144,24 +144,23 @@ def _build_validated(
     beside = [_quarantine(spark, v, cfg, staging, output, steps)]
     clean = v.clean
     try:
-        steps.begin("duplicates")
         content = [c for c in clean.columns if c != ROW_ID]
-        duplicates = count_duplicates(clean, content, v.rows_clean)
-        shuffled = bool(duplicates) and (cfg.dedupe or ing.content_row_ids)
-        if duplicates and cfg.dedupe:
-            clean = drop_duplicates(clean, content)
-        elif duplicates and ing.content_row_ids:
-            clean = make_row_ids_unique(clean)
-        clean = assign_splits(clean, cfg)
-        if shuffled:
-            # Rows a shuffle made are kept for the jobs below. Otherwise they are a projection of validation's
-            # persisted rows, cheaper to select again in each job than to cache a second time.
-            clean = clean.persist(StorageLevel.MEMORY_AND_DISK)
-        steps.done("duplicates", v.rows_clean)
-
-        steps.begin("count splits")
-        counts = _row_counts(clean, cfg, [s.name for s in v.features if s.type == "string"])
-        steps.done("count splits", v.rows_clean)
+        texts = [s.name for s in v.features if s.type == "string"]
+        steps.begin("count rows")
+        clean = assign_splits(v.clean, cfg)
+        counts = _row_counts(clean, cfg, texts, content)
+        steps.done("count rows", v.rows_clean)
+        duplicates = 0
+        if counts.repeated:  # rows share a content hash: duplicates, or a collision
+            steps.begin("duplicates")
+            duplicates = count_duplicates(clean, content, v.rows_clean)
+            if duplicates and (cfg.dedupe or ing.content_row_ids):
+                unique = drop_duplicates(v.clean, content) if cfg.dedupe else make_row_ids_unique(v.clean)
+                # Rows a shuffle made are kept for the jobs below, counted again. Otherwise they are a projection
+                # of validation's persisted rows, cheaper to select again in each job than to cache a second time.
+                clean = assign_splits(unique, cfg).persist(StorageLevel.MEMORY_AND_DISK)
+                counts = _row_counts(clean, cfg, texts)
+            steps.done("duplicates", v.rows_clean)
         if cfg.task == "classification":
             _require_two_classes(cfg, counts.classes or {}, v.classes)
         warnings = class_warnings(counts.classes, v.num_classes, v.classes) if cfg.task == "classification" else []
@@ -255,13 +254,15 @@ def _build_validated(
 @dataclass
 class _RowCounts:
     """Clean rows per split, per class of a classification label (None for regression), per split and
-    Spark partition of the clean rows (which the writer plans each split's files from), and per value of
-    each text feature in the train split (which the feature pipeline's categories are made from)."""
+    Spark partition of the clean rows (which the writer plans each split's files from), per value of each
+    text feature in the train split (which the feature pipeline's categories are made from), and where the
+    content was hashed the rows that repeat an earlier row's hash (0: no row repeats another)."""
 
     splits: dict[str, int]
     partitions: dict[str, dict[int, int]]
     classes: dict[str, int] | None
     categories: dict[str, list[tuple[str, int]]]
+    repeated: int | None = None
 
 
 def _require_two_classes(cfg: DataConfig, classes: dict[str, int], names: list[str] | None) -> None:
@@ -275,39 +276,51 @@ def _require_two_classes(cfg: DataConfig, classes: dict[str, int], names: list[s
         )
 
 
-def _row_counts(clean, cfg: DataConfig, texts: list[str]) -> _RowCounts:
-    """One aggregate over grouping sets: (split, partition), (label) for a classification label, and
-    (split, column) for each text feature. One pass over the rows gives the splits' sizes, their partitions'
-    sizes, the classes and the categories, where separate counts would each be Spark jobs of their own."""
+def _row_counts(clean, cfg: DataConfig, texts: list[str], content: list[str] | None = None) -> _RowCounts:
+    """One aggregate over grouping sets: (split, partition), (label) for a classification label, (split,
+    column) for each text feature and, given `content` columns, their 64-bit hash. One pass over the rows
+    gives the splits' sizes, their partitions' sizes, the classes, the categories and the rows that repeat
+    an earlier row's content hash, where separate counts would each be Spark jobs of their own. The
+    hash's groups (one a row) are summed into one row by an aggregate over the sets' rows. Identical rows
+    hash alike (Spark's hash, as its distinct, takes -0.0 for 0.0): no row sharing a hash, no duplicate."""
     from pyspark.sql import functions as F
 
     label = [cfg.label] if cfg.task == "classification" else []
     columns = label + texts
-    counted = clean.select(SPLIT, F.spark_partition_id().alias("_partition"), *[column(c) for c in columns])
-    # GROUPING SETS in SQL, which Spark 3.5 has (DataFrame.groupingSets is Spark 4's). Fields by position
-    # below: split, partition, each column's value, each set's grouping flag (0 in its own set), the count; a
-    # column may be named "count". pyspark formats the query with {counted}, so braces of names are doubled.
+    hashed = [F.xxhash64(*[column(c) for c in content]).alias("_hash")] if content else []
+    counted = clean.select(SPLIT, F.spark_partition_id().alias("_partition"), *[column(c) for c in columns], *hashed)
+    # GROUPING SETS in SQL, which Spark 3.5 has (DataFrame.groupingSets is Spark 4's); each set's grouping flag
+    # is 0 in its own set, every flag 1 in the hash's. pyspark formats the query with {counted}, so braces of
+    # names are doubled.
     names = [quoted(c).replace("{", "{{").replace("}", "}}") for c in columns]
     sets = [f"({SPLIT}, _partition)"] + [f"({n})" for n in names[: len(label)]]
-    sets += [f"({SPLIT}, {n})" for n in names[len(label) :]]
-    flags = ", ".join(f"grouping({n})" for n in ["_partition", *names])
-    selected = ", ".join([SPLIT, "_partition", *names, flags, "count(1)"])
-    query = f"SELECT {selected} FROM {{counted}} GROUP BY GROUPING SETS ({', '.join(sets)})"
+    sets += [f"({SPLIT}, {n})" for n in names[len(label) :]] + (["(_hash)"] if content else [])
+    keys = [SPLIT, "_partition", *[f"_v{i}" for i in range(len(names))], *[f"_g{i}" for i in range(len(names) + 1)]]
+    selected = [SPLIT, "_partition", *[f"{n} AS _v{i}" for i, n in enumerate(names)]]
+    selected += [f"grouping({n}) AS _g{i}" for i, n in enumerate(["_partition", *names])]
+    query = f"""SELECT {", ".join(keys)}, sum(_n) AS _n, sum(IF(_n > 1, _n - 1, 0)) AS _repeated FROM (
+        SELECT {", ".join(selected)}, count(1) AS _n FROM {{counted}} GROUP BY GROUPING SETS ({", ".join(sets)})
+    ) AS _sets GROUP BY {", ".join(keys)}"""
     per_set: list[list] = [[] for _ in range(len(columns) + 1)]
+    repeated = 0 if content else None
     for r in clean.sparkSession.sql(query, counted=counted).collect():
-        per_set[list(r[-len(columns) - 2 : -1]).index(0)].append(r)
+        flags = [r[f"_g{i}"] for i in range(len(columns) + 1)]
+        if 0 in flags:
+            per_set[flags.index(0)].append(r)
+        else:
+            repeated = r["_repeated"]
     splits: dict[str, int] = {}
     partitions: dict[str, dict[int, int]] = {}
     for r in per_set[0]:
-        splits[r[0]] = splits.get(r[0], 0) + r[-1]
-        partitions.setdefault(r[0], {})[r[1]] = r[-1]
-    classes = {str(r[2]): r[-1] for r in sorted(per_set[1], key=lambda r: r[2])} if label else None
+        splits[r[SPLIT]] = splits.get(r[SPLIT], 0) + r["_n"]
+        partitions.setdefault(r[SPLIT], {})[r["_partition"]] = r["_n"]
+    classes = {str(r["_v0"]): r["_n"] for r in sorted(per_set[1], key=lambda r: r["_v0"])} if label else None
     categories = {
-        name: [(r[2 + i], r[-1]) for r in per_set[1 + i] if r[0] == "train"]
+        name: [(r[f"_v{i}"], r["_n"]) for r in per_set[1 + i] if r[SPLIT] == "train"]
         for i, name in enumerate(columns)
         if i >= len(label)
     }
-    return _RowCounts(splits, partitions, classes, categories)
+    return _RowCounts(splits, partitions, classes, categories, repeated)
 
 
 def _quarantine(spark, v: Validated, cfg: DataConfig, staging: str, output: str, steps: _Steps) -> BackgroundJob:

@@ -18,19 +18,9 @@ SKETCHES_APART_VALUES = 1_000_000
 
 
 def count_duplicates(df, columns: list[str], rows: int) -> int:
-    """Rows that repeat an earlier row's label and features exactly, of df's `rows` rows.
-
-    Identical rows hash alike (Spark's hash, as its distinct, takes -0.0 for 0.0), so when no two rows share
-    a 64-bit hash of their content there is no duplicate, exactly: a count per hash shuffles 16 bytes a row
-    instead of every column. Only when some rows do (duplicates, or a collision) are whole rows compared.
-    """
-    from pyspark.sql import functions as F
-
-    content = [column(c) for c in columns]
-    per_hash = df.groupBy(F.xxhash64(*content).alias("_hash")).agg(F.count(F.lit(1)).alias("_rows"))
-    if per_hash.where(F.col("_rows") > 1).isEmpty():
-        return 0
-    return rows - df.select(*content).distinct().count()
+    """Rows that repeat an earlier row's label and features exactly, of df's `rows` rows, whole rows compared:
+    prepare asks only where some rows share a 64-bit hash of their content (duplicates, or a collision)."""
+    return rows - df.select(*[column(c) for c in columns]).distinct().count()
 
 
 def drop_duplicates(df, columns: list[str]):

@@ -228,6 +228,20 @@ def test_tabular_csv_is_validated_deduplicated_and_featurized(tabular):
     assert profile["columns"]["monthly_spend"]["nulls"] == 16 and profile["deduplicated"] is True
 
 
+def test_repeated_rows_kept_without_dedupe_get_ids_of_their_own(spark, tabular):
+    """The exact duplicate row of the CSV shares its content's row id with the row it repeats; kept (no
+    dedupe), it is counted, numbered apart and written with every other row, each id once."""
+    _, base = tabular
+    cfg = load_config(
+        ROOT / "conf" / "tabular.yaml",
+        [f"data.path={base / 'customers.csv'}", f"data.output={base / 'kept'}", "data.dedupe=false"],
+    )
+    m = prepare(spark, cfg.data).manifest
+    assert m["duplicates"] == 1 and sum(s["rows"] for s in m["splits"].values()) == 401
+    ids = spark.read.parquet(*[f"{base / 'kept'}/{name}" for name in m["splits"]]).select("_row_id")
+    assert ids.count() == 401 and ids.distinct().count() == 401
+
+
 def test_feature_pipeline_was_fitted_on_train_and_scoring_reproduces_the_features(spark, tabular):
     from pyspark.sql import functions as F
 
@@ -324,21 +338,25 @@ def test_a_label_named_count_is_counted_per_class(spark, tmp_path):
     assert sum(split["rows"] for split in m["splits"].values()) == 300
 
 
-def test_rows_per_split_class_partition_and_category_come_from_one_aggregate(spark):
+def test_rows_per_split_class_partition_category_and_content_hash_come_from_one_aggregate(spark):
     """The writer plans each split's files from these partition counts: they must be the partitions' own.
     The label is named like the aggregate's count column, a text feature like the function."""
     rows = spark.range(0, 90, 1, numPartitions=3).selectExpr(
+        "id",
         "CASE WHEN id % 3 = 0 THEN 'test' ELSE 'train' END AS _split",
         "id % 2 AS _rows",
         "CASE WHEN id % 5 = 0 THEN 'a' ELSE 'b' END AS `count`",
     )
-    counts = _row_counts(rows, DataConfig(label="_rows"), ["count"])
+    counts = _row_counts(rows, DataConfig(label="_rows"), ["count"], ["_rows", "count"])
+    # The content hashed: 4 distinct (label, text) pairs in 90 rows, so 86 rows repeat an earlier one.
+    assert counts.repeated == 86 and _row_counts(rows, DataConfig(label="_rows"), [], ["id", "count"]).repeated == 0
     assert counts.splits == {"train": 60, "test": 30} and counts.classes == {"0": 45, "1": 45}
     assert counts.partitions == {"train": {0: 20, 1: 20, 2: 20}, "test": {0: 10, 1: 10, 2: 10}}
     # The train split's categories only: 18 multiples of 5 in 0..89, 6 of them (multiples of 15) in test.
     assert sorted(counts.categories["count"]) == [("a", 12), ("b", 48)]
     regression = _row_counts(rows, DataConfig(label="_rows", task="regression"), [])
     assert regression.classes is None and regression.partitions == counts.partitions and regression.categories == {}
+    assert regression.repeated is None
 
 
 def test_duplicates_are_counted_exactly_with_and_without_repeated_rows(spark):
