@@ -59,7 +59,6 @@ from sparkml_par.contract import (
     SPLIT,
     SPLITS,
     column,
-    quoted,
 )
 from sparkml_par.errors import SparkmlParError
 from sparkml_par.io import hadoop
@@ -287,26 +286,31 @@ def _row_counts(clean, cfg: DataConfig, texts: list[str], content: list[str] | N
 
     label = [cfg.label] if cfg.task == "classification" else []
     columns = label + texts
+    # The columns by position (`_v<i>`), so that no name of the input's reaches the SQL or meets one of these.
+    values = [f"_v{i}" for i in range(len(columns))]
     hashed = [F.xxhash64(*[column(c) for c in content]).alias("_hash")] if content else []
-    counted = clean.select(SPLIT, F.spark_partition_id().alias("_partition"), *[column(c) for c in columns], *hashed)
+    counted = clean.select(
+        SPLIT,
+        F.spark_partition_id().alias("_partition"),
+        *[column(c).alias(v) for c, v in zip(columns, values)],
+        *hashed,
+    )
     # GROUPING SETS in SQL, which Spark 3.5 has (DataFrame.groupingSets is Spark 4's); each set's grouping flag
-    # is 0 in its own set, every flag 1 in the hash's. pyspark formats the query with {counted}, so braces of
-    # names are doubled.
-    names = [quoted(c).replace("{", "{{").replace("}", "}}") for c in columns]
-    sets = [f"({SPLIT}, _partition)"] + [f"({n})" for n in names[: len(label)]]
-    sets += [f"({SPLIT}, {n})" for n in names[len(label) :]] + (["(_hash)"] if content else [])
-    keys = [SPLIT, "_partition", *[f"_v{i}" for i in range(len(names))], *[f"_g{i}" for i in range(len(names) + 1)]]
-    selected = [SPLIT, "_partition", *[f"{n} AS _v{i}" for i, n in enumerate(names)]]
-    selected += [f"grouping({n}) AS _g{i}" for i, n in enumerate(["_partition", *names])]
+    # is 0 in its own set, every flag 1 in the hash's.
+    sets = [f"({SPLIT}, _partition)"] + [f"({v})" for v in values[: len(label)]]
+    sets += [f"({SPLIT}, {v})" for v in values[len(label) :]] + (["(_hash)"] if content else [])
+    keys = [SPLIT, "_partition", *values, *[f"_g{i}" for i in range(len(values) + 1)]]
+    flags = [f"grouping({v}) AS _g{i}" for i, v in enumerate(["_partition", *values])]
     query = f"""SELECT {", ".join(keys)}, sum(_n) AS _n, sum(IF(_n > 1, _n - 1, 0)) AS _repeated FROM (
-        SELECT {", ".join(selected)}, count(1) AS _n FROM {{counted}} GROUP BY GROUPING SETS ({", ".join(sets)})
+        SELECT {", ".join([SPLIT, "_partition", *values, *flags])}, count(1) AS _n
+        FROM {{counted}} GROUP BY GROUPING SETS ({", ".join(sets)})
     ) AS _sets GROUP BY {", ".join(keys)}"""
     per_set: list[list] = [[] for _ in range(len(columns) + 1)]
     repeated = 0 if content else None
     for r in clean.sparkSession.sql(query, counted=counted).collect():
-        flags = [r[f"_g{i}"] for i in range(len(columns) + 1)]
-        if 0 in flags:
-            per_set[flags.index(0)].append(r)
+        grouped = [r[f"_g{i}"] for i in range(len(columns) + 1)]
+        if 0 in grouped:
+            per_set[grouped.index(0)].append(r)
         else:
             repeated = r["_repeated"]
     splits: dict[str, int] = {}

@@ -340,21 +340,21 @@ def test_a_label_named_count_is_counted_per_class(spark, tmp_path):
 
 def test_rows_per_split_class_partition_category_and_content_hash_come_from_one_aggregate(spark):
     """The writer plans each split's files from these partition counts: they must be the partitions' own.
-    The label is named like the aggregate's count column, a text feature like the function."""
+    The label and a text feature are named like columns of the aggregate's own."""
     rows = spark.range(0, 90, 1, numPartitions=3).selectExpr(
-        "id",
+        "id AS _hash",
         "CASE WHEN id % 3 = 0 THEN 'test' ELSE 'train' END AS _split",
-        "id % 2 AS _rows",
-        "CASE WHEN id % 5 = 0 THEN 'a' ELSE 'b' END AS `count`",
+        "id % 2 AS _n",
+        "CASE WHEN id % 5 = 0 THEN 'a' ELSE 'b' END AS _partition",
     )
-    counts = _row_counts(rows, DataConfig(label="_rows"), ["count"], ["_rows", "count"])
+    counts = _row_counts(rows, DataConfig(label="_n"), ["_partition"], ["_n", "_partition"])
     # The content hashed: 4 distinct (label, text) pairs in 90 rows, so 86 rows repeat an earlier one.
-    assert counts.repeated == 86 and _row_counts(rows, DataConfig(label="_rows"), [], ["id", "count"]).repeated == 0
+    assert counts.repeated == 86 and _row_counts(rows, DataConfig(label="_n"), [], ["_hash"]).repeated == 0
     assert counts.splits == {"train": 60, "test": 30} and counts.classes == {"0": 45, "1": 45}
     assert counts.partitions == {"train": {0: 20, 1: 20, 2: 20}, "test": {0: 10, 1: 10, 2: 10}}
     # The train split's categories only: 18 multiples of 5 in 0..89, 6 of them (multiples of 15) in test.
-    assert sorted(counts.categories["count"]) == [("a", 12), ("b", 48)]
-    regression = _row_counts(rows, DataConfig(label="_rows", task="regression"), [])
+    assert sorted(counts.categories["_partition"]) == [("a", 12), ("b", 48)]
+    regression = _row_counts(rows, DataConfig(label="_n", task="regression"), [])
     assert regression.classes is None and regression.partitions == counts.partitions and regression.categories == {}
     assert regression.repeated is None
 
