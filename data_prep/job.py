@@ -171,7 +171,7 @@ def _build_validated(
         label_scale = _label_scale(clean, cfg) if cfg.task == "regression" else None
         fitted = statistics = None
         if featurize.needs_pipeline(v.features):
-            # One aggregate: the profile's statistics, and the train split's the feature pipeline is built from.
+            # The profile's statistics, and the train split's the feature pipeline is built from.
             numbers = featurize.number_inputs(v.features)
             medians = cfg.featurize.impute == "median"
             statistics = column_statistics(clean, cfg.label, v.features, numbers, medians, v.rows_clean)

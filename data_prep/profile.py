@@ -86,23 +86,33 @@ def column_statistics(
     timestamp or date), the train split's rows (df's `_split`) and their statistics over it, with
     approximate medians when `medians`; `rows`: df's rows where the caller knows them.
 
-    The columns are unpivoted (`_unpivoted`) and aggregated per column: the plan holds a dozen aggregates
-    whatever the width. Six aggregates per column in one wide row would instead cost more in Spark than
-    the data: the wide plan's code generation, its large task binary and its execution. Sketches (the
-    median's, the distinct count's) are aggregates Spark generates no code for, which keeps the whole
-    aggregate out of code generation; a row of them per column (`_sketches`) costs far less than a sketch
-    per row of the unpivoted table. So on many values the sketches leave the aggregate: the medians with
-    the distinct counts in one row of sketches, or without medians the distinct counts left to the profile.
+    The columns are unpivoted into one long (column, value) table and aggregated per column: the plan
+    holds a dozen aggregates whatever the width. Six aggregates per column in one wide row would instead
+    cost more in Spark than the data: the wide plan's code generation, its large task binary and its
+    execution. Each column becomes a struct of a double `d` (numbers) and a string `s` (text); its position
+    names it, so any column name works, and the whole plan is two SQL strings (one Py4J call each).
+
+    Sketches (the median's, the distinct count's) are aggregates Spark generates no code for, which keeps
+    the whole aggregate out of code generation; a row of them per column (`_sketches`) costs far less than
+    a sketch per row of the unpivoted table. So on many values the sketches leave the aggregate: the
+    medians with the distinct counts in one row of sketches, or without medians the distinct counts left
+    to the profile.
     """
     from pyspark.sql import functions as F
     from pyspark.sql.types import IntegralType
 
-    numeric, strings = _scalar_columns(label, specs)
+    numeric = [label] + [s.name for s in specs if s.type in ("float", "int", "bool")]
+    strings = [s.name for s in specs if s.type in ("string", "timestamp", "date")]  # timestamps: distinct counts
+    parts = [(name, part) for name, part in numbers or [] if part is not None]
     scalar = numeric + strings
     medians_of = list(numbers or []) if medians else []
-    parts = [(name, part) for name, part in numbers or [] if part is not None]
+    values = [_scalar_value(quoted(name), text=name in strings) for name in scalar]
+    values += [_scalar_value(f"{part}({quoted(name)})", text=False) for name, part in parts]
+    selected = [f"{value} AS `{i}`" for i, value in enumerate(values)]
     train = f"{SPLIT} = 'train'" if numbers is not None else "false"
-    long = _unpivoted(df, numeric, strings, parts, train)
+    long = df.selectExpr(f"{train} AS _train", *selected).unpivot(
+        ["_train"], [str(i) for i in range(len(values))], "column", "value"
+    )
     apart = rows * len(scalar) >= SKETCHES_APART_VALUES
     aggregates = [
         "count(1) AS rows",
@@ -177,25 +187,6 @@ def _sketches(
     row = df.selectExpr(*[f"{sql} AS `{i}`" for i, sql in enumerate(sketches)]).first()
     distinct = {name: row[i] for i, name in enumerate(distinct_of)}
     return distinct, {number: row[len(distinct_of) + i] for i, number in enumerate(medians_of)}
-
-
-def _scalar_columns(label: str, specs: list[ColumnSpec]) -> tuple[list[str], list[str]]:
-    """The profile's scalar columns: (the label and the number and bool features, the text features and
-    the timestamps and dates, whose distinct counts are of their text)."""
-    numeric = [label] + [s.name for s in specs if s.type in ("float", "int", "bool")]
-    return numeric, [s.name for s in specs if s.type in ("string", "timestamp", "date")]
-
-
-def _unpivoted(df, numeric: list[str], strings: list[str], parts: list[tuple[str, str]], train: str):
-    """df as a long table of (`_train` from the SQL `train`, `column`, `value`): each column (and each part of
-    a timestamp or date in `parts`) a struct of a double `d` (numbers) or a string `s` (text), the other
-    field null. Its position names it, so any column name works, and the plan is one SQL string."""
-    values = [_scalar_value(quoted(name), text=name in strings) for name in numeric + strings]
-    values += [_scalar_value(f"{part}({quoted(name)})", text=False) for name, part in parts]
-    selected = [f"{value} AS `{i}`" for i, value in enumerate(values)]
-    return df.selectExpr(f"{train} AS _train", *selected).unpivot(
-        ["_train"], [str(i) for i in range(len(values))], "column", "value"
-    )
 
 
 def _scalar_value(sql: str, *, text: bool) -> str:
