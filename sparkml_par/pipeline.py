@@ -14,23 +14,19 @@ import dataclasses
 import json
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from data_prep.job import STAGE as PREPARE
 from sparkml_par.config import Config
 from sparkml_par.contract import CONFIG_COPY, RUN_LOG
-from sparkml_par.infer.score import STAGE as SCORE
 from sparkml_par.io import local_files
 from sparkml_par.io.hadoop import check_writable_url, qualify_url
 from sparkml_par.io.store import Store, WorkingCopy, local_path
 from sparkml_par.progress import spark_progress
-from sparkml_par.report import STAGE as REPORT
 from sparkml_par.spark_runtime.session import spark_session
 from sparkml_par.stage import Run, Stage, StageRecord
 from sparkml_par.tracking import Tracker
-from sparkml_par.train.job import STAGE as TRAIN
-from sparkml_par.tune.job import STAGE as TUNE
 
 log = logging.getLogger("sparkml_par.pipeline")
 
@@ -80,8 +76,10 @@ def run_pipeline(
         check_writable_url(spark, qualify_url(cfg.score.output), "score.output")
         local_files.write_text(run_dir.dir / CONFIG_COPY, cfg.to_yaml())
         state = RunState(run_dir.dir)
-        forced = set(STAGES[STAGES.index(cfg.output.from_stage) :]) if cfg.output.from_stage else set()
-        stages = [stage for stage in PIPELINE if stage.name != "tune" or cfg.tune.space]
+        every = pipeline_stages()
+        names = [stage.name for stage in every]
+        forced = set(names[names.index(cfg.output.from_stage) :]) if cfg.output.from_stage else set()
+        stages = [stage for stage in every if stage.name != "tune" or cfg.tune.space]
         tracker = tracker or Tracker(cfg.tracking, run_dir.dir)
         tracker.start(cfg)
         run = Run(spark, cfg, run_dir, tracker)
@@ -155,8 +153,16 @@ def check_outputs(cfg: Config) -> None:
         local_files.check_writable_directory(local_path(score_url), "score.output")
 
 
-PIPELINE = (PREPARE, TUNE, TRAIN, SCORE, REPORT)
-STAGES = tuple(stage.name for stage in PIPELINE)
+def pipeline_stages() -> tuple[Stage, ...]:
+    """The stages in their order, imported on the first call rather than with this module: `run` imports them
+    while the driver JVM starts."""
+    from data_prep.job import STAGE as PREPARE
+    from sparkml_par.infer.score import STAGE as SCORE
+    from sparkml_par.report import STAGE as REPORT
+    from sparkml_par.train.job import STAGE as TRAIN
+    from sparkml_par.tune.job import STAGE as TUNE
+
+    return (PREPARE, TUNE, TRAIN, SCORE, REPORT)
 
 
 def run(cfg: Config) -> int:
@@ -170,8 +176,13 @@ def run(cfg: Config) -> int:
     logging.getLogger().addHandler(handler)
     started = time.monotonic()
     try:
-        with spark_session(cfg.spark, log_file) as spark:
-            records = run_pipeline(spark, cfg, run_dir, tracker)
+        # The stages' modules (torch and matplotlib among their imports) load while the driver JVM starts in its
+        # own process.
+        with ThreadPoolExecutor(1, thread_name_prefix="import-stages") as importing:
+            stages = importing.submit(pipeline_stages)
+            with spark_session(cfg.spark, log_file) as spark:
+                stages.result()
+                records = run_pipeline(spark, cfg, run_dir, tracker)
     finally:
         logging.getLogger().removeHandler(handler)
         handler.close()

@@ -18,6 +18,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
 from sparkml_par.config import Config
 from sparkml_par.contract import (
     MANIFEST,
@@ -78,9 +82,6 @@ class _Plots:
     written: list[str] = field(default_factory=list)
 
     def new_figure(self, width: float = 7.0, height: float = 4.0):
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-
         figure = Figure(figsize=(width, height), dpi=100)
         FigureCanvasAgg(figure)  # draws without a display, whatever matplotlib's global backend is
         return figure
@@ -368,8 +369,6 @@ def _plot_series(history: list[dict[str, Any]], key: str, ylabel: str, title: st
 
 
 def _epoch_axis(axes) -> None:
-    from matplotlib.ticker import MaxNLocator
-
     axes.set_xlabel("epoch")
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
 
