@@ -9,11 +9,14 @@ except the 1,797 rows of scikit-learn's digits, which ship with the library.
 from __future__ import annotations
 
 import contextlib
+import glob
 import io
 import logging
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlparse
 
 import numpy as np
 
@@ -46,6 +49,8 @@ _OWN_COLUMNS = (*INTERNAL_COLUMNS, REJECT_REASON, SPLIT, _CORRUPT_RECORD)
 # Rows of one synthetic block come from one generator seeded by (seed, block index), so the rows do
 # not depend on how the blocks are spread over partitions.
 _SYNTHETIC_BLOCK_ROWS = 4096
+# scikit-learn's digits: 1,797 rows of 64 pixels and a label.
+_DIGITS_VALUES = 1_797 * 65
 
 
 @dataclass
@@ -75,6 +80,33 @@ def input_fingerprint(spark, cfg: DataConfig) -> str:
             {"source": "synthetic", "rows": s.rows, "features": s.features, "classes": s.classes, "seed": s.seed}
         )
     return hash_parts(_input_files(spark, cfg, qualify_url(cfg.path)))
+
+
+def input_bytes(cfg: DataConfig, limit: int) -> int | None:
+    """The input's size, known before a session starts, counted until it passes `limit`: the bytes of its files
+    on this machine, or a built-in source's values as doubles; None where its files are elsewhere (their sizes
+    take the JVM's filesystem) or none matches (prepare says so once the session is up)."""
+    if cfg.source == "digits":
+        return _DIGITS_VALUES * 8
+    if cfg.source == "synthetic":
+        return cfg.synthetic.rows * (cfg.synthetic.features + 1) * 8
+    url = urlparse(qualify_url(cfg.path))
+    if url.scheme != "file" or "{" in url.path:  # Python's glob has no {a,b} alternatives
+        return None
+    total, matched = 0, False
+    try:
+        for match in glob.iglob(url.path):
+            matched = True
+            walked = (
+                os.walk(match) if os.path.isdir(match) else [(os.path.dirname(match), [], [os.path.basename(match)])]
+            )
+            for folder, _, names in walked:
+                total += sum(os.path.getsize(os.path.join(folder, name)) for name in names if name[0] not in "._")
+                if total > limit:
+                    return total
+    except OSError:  # a file gone or unreadable while counted: the reader will say
+        return None
+    return total if matched else None
 
 
 def ingest(spark, cfg: DataConfig, classes: list[str] | None = None) -> Ingested:

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from data_prep import featurize
 from data_prep import manifest as mf
-from data_prep.ingest import Ingested, ingest, input_fingerprint, reading_raw_rows
+from data_prep.ingest import Ingested, ingest, input_bytes, input_fingerprint, reading_raw_rows
 from data_prep.profile import class_warnings, column_statistics, count_duplicates, drop_duplicates, profile
 from data_prep.split import assign_splits, make_row_ids_unique
 from data_prep.validate import Validated, check_reject_fraction, validate
@@ -455,9 +455,10 @@ def summary(result: PrepareResult) -> str:
 
 def run(cfg: Config) -> int:
     """Entry point of `sparkml-par prepare`: builds the session, prepares the dataset, prints the summary."""
-    from sparkml_par.spark_runtime.session import run_stage
+    from sparkml_par.spark_runtime.session import SHORT_RUN_INPUT_BYTES, run_stage
 
-    return run_stage(cfg, lambda spark: prepare(spark, cfg.data), summary)
+    size = input_bytes(cfg.data, SHORT_RUN_INPUT_BYTES)
+    return run_stage(cfg, lambda spark: prepare(spark, cfg.data), summary, size)
 
 
 def _stage_work(run: Run, _resume: bool):

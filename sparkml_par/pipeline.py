@@ -18,13 +18,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from data_prep.ingest import input_bytes
 from sparkml_par.config import Config
 from sparkml_par.contract import CONFIG_COPY, RUN_LOG
 from sparkml_par.io import local_files
 from sparkml_par.io.hadoop import check_writable_url, qualify_url
 from sparkml_par.io.store import Store, WorkingCopy, local_path
 from sparkml_par.progress import spark_progress
-from sparkml_par.spark_runtime.session import spark_session
+from sparkml_par.spark_runtime.session import SHORT_RUN_INPUT_BYTES, spark_session
 from sparkml_par.stage import Run, Stage, StageRecord
 from sparkml_par.tracking import Tracker
 
@@ -175,12 +176,13 @@ def run(cfg: Config) -> int:
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.getLogger().addHandler(handler)
     started = time.monotonic()
+    size = input_bytes(cfg.data, SHORT_RUN_INPUT_BYTES)
     try:
         # The stages' modules (torch and matplotlib among their imports) load while the driver JVM starts in its
         # own process.
         with ThreadPoolExecutor(1, thread_name_prefix="import-stages") as importing:
             stages = importing.submit(pipeline_stages)
-            with spark_session(cfg.spark, log_file) as spark:
+            with spark_session(cfg.spark, log_file, size) as spark:
                 stages.result()
                 records = run_pipeline(spark, cfg, run_dir, tracker)
     finally:

@@ -1,4 +1,5 @@
-"""The garbage collector of a local[N] driver JVM: the parallel one, unless one is chosen anywhere."""
+"""The options of a local[N] driver JVM: the parallel garbage collector, unless one is chosen anywhere; and for a
+small input the C1 compiler alone, unless the compilers are chosen anywhere."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import sys
 
 import pytest
 
-from sparkml_par.spark_runtime.session import THROUGHPUT_GC, driver_submit_opts
+from data_prep.ingest import input_bytes
+from sparkml_par.config import DataConfig, SyntheticConfig
+from sparkml_par.spark_runtime.session import QUICK_JIT, SHORT_RUN_INPUT_BYTES, THROUGHPUT_GC, driver_submit_opts
 from sparkml_par.submit import submit_environment
 
 
@@ -89,3 +92,78 @@ def test_spark_submit_on_a_local_master_gets_the_parallel_collector_unless_the_j
     assert THROUGHPUT_GC not in submit_environment(env, from_file)["SPARK_SUBMIT_OPTS"]
     on_cluster = ["--master", "spark://10.0.0.1:7077", "job.py"]
     assert THROUGHPUT_GC not in submit_environment(env, on_cluster)["SPARK_SUBMIT_OPTS"]
+
+
+def _jvm_arguments(spark) -> list[str]:
+    return list(spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+
+
+def test_a_local_driver_for_a_small_input_compiles_with_c1_alone():
+    assert driver_submit_opts("local[2]", [], {}, short_run=True) == f"{THROUGHPUT_GC} {QUICK_JIT}"
+    assert driver_submit_opts("local[2]", [], {"SPARK_SUBMIT_OPTS": "-XX:+UseG1GC"}, short_run=True) == (
+        f"-XX:+UseG1GC {QUICK_JIT}"
+    )
+    assert driver_submit_opts("spark://10.0.0.1:7077", [], {}, short_run=True) is None  # its driver runs no tasks
+
+
+@pytest.mark.parametrize(
+    "env, settings",
+    [
+        ({"SPARK_SUBMIT_OPTS": "-XX:TieredStopAtLevel=4"}, []),
+        ({"JAVA_TOOL_OPTIONS": "-XX:-TieredCompilation"}, []),
+        ({}, ["-Dfoo=1 -XX:CompilationMode=high-only"]),
+    ],
+)
+def test_compilers_chosen_anywhere_win(env, settings):
+    assert (
+        driver_submit_opts("local[2]", settings, env, short_run=True)
+        == " ".join([env.get("SPARK_SUBMIT_OPTS", ""), THROUGHPUT_GC]).strip()
+    )
+
+
+def test_the_tests_session_started_without_an_input_size_keeps_tiered_compilation(spark):
+    assert QUICK_JIT not in _jvm_arguments(spark)
+
+
+# A session for an input of 1 kB, then the JVM's arguments.
+_SMALL_INPUT_SESSION = """
+import json
+from sparkml_par.config import SparkConfig
+from sparkml_par.spark_runtime.session import get_or_create_session
+
+spark, _ = get_or_create_session(SparkConfig(master="local[1]"), input_bytes=1000)
+print(json.dumps(list(spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())))
+spark.stop()
+"""
+
+
+def test_a_session_for_a_small_input_starts_its_driver_with_c1_alone():
+    env = {key: value for key, value in os.environ.items() if key not in ("SPARK_CONF_DIR", "SPARK_SUBMIT_OPTS")}
+    done = subprocess.run(
+        [sys.executable, "-c", _SMALL_INPUT_SESSION], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    arguments = json.loads(done.stdout.splitlines()[-1])
+    assert QUICK_JIT in arguments and THROUGHPUT_GC in arguments
+
+
+def test_input_bytes_counts_local_files_before_a_session_starts(tmp_path):
+    data = tmp_path / "data"
+    (data / "part=1").mkdir(parents=True)
+    (data / "a.csv").write_bytes(b"x" * 100)
+    (data / "part=1" / "b.csv").write_bytes(b"x" * 50)
+    (data / "_SUCCESS").write_bytes(b"x" * 7)  # what Spark's readers skip, as hidden files
+    (data / ".a.csv.crc").write_bytes(b"x" * 9)
+
+    def size(path: str, limit: int = SHORT_RUN_INPUT_BYTES):
+        return input_bytes(DataConfig(source="csv", path=path), limit)
+
+    assert size(str(data)) == 150
+    assert size(f"file://{data}") == 150
+    assert size(str(data / "*.csv")) == 100
+    assert size(str(data), limit=99) == 100  # counted until it passes the limit
+    assert size(str(tmp_path / "missing.csv")) is None
+    assert size(str(data / "{a,b}.csv")) is None  # Hadoop's alternatives: left to Spark
+    assert size("s3a://bucket/data.csv") is None
+    assert input_bytes(DataConfig(source="synthetic", synthetic=SyntheticConfig(rows=1000, features=3)), 10) == 32_000
+    assert input_bytes(DataConfig(source="digits"), SHORT_RUN_INPUT_BYTES) <= SHORT_RUN_INPUT_BYTES

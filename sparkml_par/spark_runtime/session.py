@@ -111,11 +111,12 @@ def require_classic_session(spark, stage: str) -> None:
         )
 
 
-def get_or_create_session(cfg: SparkConfig, log_file: Optional[Path] = None):
+def get_or_create_session(cfg: SparkConfig, log_file: Optional[Path] = None, input_bytes: Optional[int] = None):
     """Returns (session, created): an active session is reused, otherwise one is built from cfg.
 
     A session built here logs through the project's log4j2 config (spark_log4j2.properties), which also
-    writes Spark's warnings and errors to `log_file` when one is given.
+    writes Spark's warnings and errors to `log_file` when one is given. `input_bytes`: the size of the input
+    the session is for, where known before it starts (see driver_submit_opts).
     """
     from pyspark.sql import SparkSession
 
@@ -141,7 +142,9 @@ def get_or_create_session(cfg: SparkConfig, log_file: Optional[Path] = None):
     for key, value in session_settings(cfg).items():
         builder = builder.config(key, value)
     # For this JVM only: a later session's settings may choose a collector of their own.
-    with _environment_variable("SPARK_SUBMIT_OPTS", driver_submit_opts(cfg.master, cfg.conf.values(), os.environ)):
+    short = input_bytes is not None and input_bytes <= SHORT_RUN_INPUT_BYTES
+    submit_opts = driver_submit_opts(cfg.master, cfg.conf.values(), os.environ, short_run=short)
+    with _environment_variable("SPARK_SUBMIT_OPTS", submit_opts):
         session = builder.getOrCreate()
     require_classic_session(session, "sparkml_par")
     _configure_driver_log(session, log_file)
@@ -186,6 +189,13 @@ def spark_conf_dir(env: Mapping[str, str]) -> Optional[Path]:
 # with one thread on a machine of many.
 THROUGHPUT_GC = "-XX:+UseParallelGC"
 _CHOOSES_A_COLLECTOR = re.compile(r"-XX:\+Use\w*GC\b")
+# Such a driver's hot loops are its tasks', which a small input keeps short: its whole run ends before the code C2
+# compiles pays back what compiling it takes from the machine's cores, while C1's code (tier 1, without the
+# profiling tiered compilation runs first) is ready at once. Up to SHORT_RUN_INPUT_BYTES of input the driver
+# compiles with C1 alone; on more, C2's code wins (see docs/performance.md).
+QUICK_JIT = "-XX:TieredStopAtLevel=1"
+SHORT_RUN_INPUT_BYTES = 8 * 1024 * 1024
+_CHOOSES_A_COMPILER = re.compile(r"-XX:(TieredStopAtLevel=|[+-]TieredCompilation\b|CompilationMode=)")
 # Where else a driver JVM's options come from: the JVM's own variables, and pyspark's spark-submit arguments.
 _JAVA_OPTION_VARIABLES = (
     "SPARK_SUBMIT_OPTS",
@@ -197,22 +207,28 @@ _JAVA_OPTION_VARIABLES = (
 _DRIVER_OPTION_SETTINGS = ("spark.driver.extraJavaOptions", "spark.driver.defaultJavaOptions")
 
 
-def driver_submit_opts(master: str, settings: Iterable[str], env: Mapping[str, str]) -> Optional[str]:
-    """SPARK_SUBMIT_OPTS for a driver JVM of master started with env: THROUGHPUT_GC added when the driver runs
-    the tasks, unless a collector is chosen already; None when nothing is added. settings: the other texts the
+def driver_submit_opts(
+    master: str, settings: Iterable[str], env: Mapping[str, str], short_run: bool = False
+) -> Optional[str]:
+    """SPARK_SUBMIT_OPTS for a driver JVM of master started with env: when the driver runs the tasks,
+    THROUGHPUT_GC added unless a collector is chosen already, and for a short run (a small input) QUICK_JIT
+    unless the JIT compilers are chosen already; None when nothing is added. settings: the other texts the
     driver's options may come from (the session's Spark settings, spark-submit's arguments).
 
     A JVM given two collectors does not start, so a collector chosen anywhere the driver's Java options come
     from wins: SPARK_SUBMIT_OPTS, the JVM's own option variables, settings, and the driver options of
-    spark-defaults.conf. Other masters' drivers run no tasks and keep Java's choice; their executors'
-    collectors are the cluster's.
+    spark-defaults.conf; so does a choice of compilers. Other masters' drivers run no tasks and keep Java's
+    choices; their executors' are the cluster's.
     """
     if not driver_runs_tasks(master):
         return None
     sources = [env.get(name, "") for name in _JAVA_OPTION_VARIABLES] + list(settings) + _spark_defaults_options(env)
-    if any(_CHOOSES_A_COLLECTOR.search(text) for text in sources):
+    added = [] if any(_CHOOSES_A_COLLECTOR.search(text) for text in sources) else [THROUGHPUT_GC]
+    if short_run and not any(_CHOOSES_A_COMPILER.search(text) for text in sources):
+        added.append(QUICK_JIT)
+    if not added:
         return None
-    return f"{env.get('SPARK_SUBMIT_OPTS', '')} {THROUGHPUT_GC}".strip()
+    return " ".join([env.get("SPARK_SUBMIT_OPTS", ""), *added]).strip()
 
 
 def _spark_defaults_options(env: Mapping[str, str]) -> list[str]:
@@ -255,13 +271,14 @@ _SPARK_OOM_EXIT = 52
 
 
 @contextlib.contextmanager
-def spark_session(cfg: SparkConfig, log_file: Optional[Path] = None) -> Iterator:
-    """A session for the duration of a job; stopped afterwards only if this call created it.
+def spark_session(cfg: SparkConfig, log_file: Optional[Path] = None, input_bytes: Optional[int] = None) -> Iterator:
+    """A session for the duration of a job (`input_bytes`: see get_or_create_session); stopped afterwards only
+    if this call created it.
 
     A driver JVM this process started that exits under the job (out of heap, killed) leaves pyspark with
     a lost connection and a chain of Py4J errors: the job's error says what happened and what to change.
     """
-    session, created = get_or_create_session(cfg, log_file)
+    session, created = get_or_create_session(cfg, log_file, input_bytes)
     lost_connections = _HeldLostConnections()
     logging.getLogger().addFilter(lost_connections)
     driver_lost = False
@@ -407,9 +424,12 @@ def _driver_exit_message(cfg: SparkConfig, exit_code: int) -> str:
     return f"Spark's driver JVM exited with code {exit_code} during the job; Spark's log lines above say why"
 
 
-def run_stage(cfg, work: Callable[[Any], Any], summarize: Callable[[Any], str]) -> int:
-    """A CLI stage: its work in a session for cfg.spark (an active one is reused), then its summary."""
-    with spark_session(cfg.spark) as spark:
+def run_stage(
+    cfg, work: Callable[[Any], Any], summarize: Callable[[Any], str], input_bytes: Optional[int] = None
+) -> int:
+    """A CLI stage: its work in a session for cfg.spark (an active one is reused; `input_bytes`: see
+    get_or_create_session), then its summary."""
+    with spark_session(cfg.spark, input_bytes=input_bytes) as spark:
         result = work(spark)
     print(summarize(result))
     return 0
