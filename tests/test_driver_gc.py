@@ -1,5 +1,6 @@
-"""The options of a local[N] driver JVM: the parallel garbage collector, unless one is chosen anywhere; and for a
-small input the C1 compiler alone, unless the compilers are chosen anywhere."""
+"""The options of a local[N] driver JVM: the parallel garbage collector, unless one is chosen anywhere; a metaspace
+threshold above Spark's classes, unless one is set; and for a small input the C1 compiler alone, unless the
+compilers are chosen anywhere."""
 
 from __future__ import annotations
 
@@ -12,7 +13,13 @@ import pytest
 
 from data_prep.ingest import input_bytes
 from sparkml_par.config import DataConfig, SyntheticConfig
-from sparkml_par.spark_runtime.session import QUICK_JIT, SHORT_RUN_INPUT_BYTES, THROUGHPUT_GC, driver_submit_opts
+from sparkml_par.spark_runtime.session import (
+    METASPACE_THRESHOLD,
+    QUICK_JIT,
+    SHORT_RUN_INPUT_BYTES,
+    THROUGHPUT_GC,
+    driver_submit_opts,
+)
 from sparkml_par.submit import submit_environment
 
 
@@ -23,8 +30,10 @@ def _collectors(spark) -> list[str]:
 
 
 def test_a_local_driver_gets_the_parallel_collector_after_the_options_it_has():
-    assert driver_submit_opts("local[2]", [], {"SPARK_SUBMIT_OPTS": "-Xss4m"}) == f"-Xss4m {THROUGHPUT_GC}"
-    assert driver_submit_opts("local", [], {}) == THROUGHPUT_GC
+    assert driver_submit_opts("local[2]", [], {"SPARK_SUBMIT_OPTS": "-Xss4m"}) == (
+        f"-Xss4m {THROUGHPUT_GC} {METASPACE_THRESHOLD}"
+    )
+    assert driver_submit_opts("local", [], {}) == f"{THROUGHPUT_GC} {METASPACE_THRESHOLD}"
     for master in ("local-cluster[2,1,1024]", "spark://10.0.0.1:7077", "yarn", "k8s://https://10.0.0.1:6443"):
         assert driver_submit_opts(master, [], {}) is None  # their drivers run no tasks
 
@@ -40,20 +49,28 @@ def test_a_local_driver_gets_the_parallel_collector_after_the_options_it_has():
     ],
 )
 def test_a_collector_chosen_anywhere_wins(env, settings):
-    assert driver_submit_opts("local[2]", settings, env) is None
+    assert (
+        driver_submit_opts("local[2]", settings, env)
+        == " ".join([env.get("SPARK_SUBMIT_OPTS", ""), METASPACE_THRESHOLD]).strip()
+    )
+    metaspace = {**env, "JAVA_TOOL_OPTIONS": f"{env.get('JAVA_TOOL_OPTIONS', '')} -XX:MetaspaceSize=64m"}
+    assert driver_submit_opts("local[2]", settings, metaspace) is None  # nothing left to add
 
 
 def test_a_collector_in_spark_defaults_wins(tmp_path):
     (tmp_path / "spark-defaults.conf").write_text(
         "# cluster defaults\nspark.executor.memory 2g\nspark.driver.extraJavaOptions  -XX:+UseG1GC -Dx=1\n"
     )
-    assert driver_submit_opts("local[2]", [], {"SPARK_CONF_DIR": str(tmp_path)}) is None
+    assert driver_submit_opts("local[2]", [], {"SPARK_CONF_DIR": str(tmp_path)}) == METASPACE_THRESHOLD
     (tmp_path / "spark-defaults.conf").write_text("spark.executor.extraJavaOptions -XX:+UseG1GC\n")
-    assert driver_submit_opts("local[2]", [], {"SPARK_CONF_DIR": str(tmp_path)}) == THROUGHPUT_GC
+    assert driver_submit_opts("local[2]", [], {"SPARK_CONF_DIR": str(tmp_path)}) == (
+        f"{THROUGHPUT_GC} {METASPACE_THRESHOLD}"
+    )
 
 
 def test_the_sessions_driver_jvm_runs_the_parallel_collector(spark):
     assert _collectors(spark) == ["PS MarkSweep", "PS Scavenge"]
+    assert METASPACE_THRESHOLD in _jvm_arguments(spark)
     assert THROUGHPUT_GC not in os.environ.get("SPARK_SUBMIT_OPTS", "")  # set for that JVM's start only
 
 
@@ -99,9 +116,11 @@ def _jvm_arguments(spark) -> list[str]:
 
 
 def test_a_local_driver_for_a_small_input_compiles_with_c1_alone():
-    assert driver_submit_opts("local[2]", [], {}, short_run=True) == f"{THROUGHPUT_GC} {QUICK_JIT}"
+    assert (
+        driver_submit_opts("local[2]", [], {}, short_run=True) == f"{THROUGHPUT_GC} {METASPACE_THRESHOLD} {QUICK_JIT}"
+    )
     assert driver_submit_opts("local[2]", [], {"SPARK_SUBMIT_OPTS": "-XX:+UseG1GC"}, short_run=True) == (
-        f"-XX:+UseG1GC {QUICK_JIT}"
+        f"-XX:+UseG1GC {METASPACE_THRESHOLD} {QUICK_JIT}"
     )
     assert driver_submit_opts("spark://10.0.0.1:7077", [], {}, short_run=True) is None  # its driver runs no tasks
 
@@ -117,7 +136,7 @@ def test_a_local_driver_for_a_small_input_compiles_with_c1_alone():
 def test_compilers_chosen_anywhere_win(env, settings):
     assert (
         driver_submit_opts("local[2]", settings, env, short_run=True)
-        == " ".join([env.get("SPARK_SUBMIT_OPTS", ""), THROUGHPUT_GC]).strip()
+        == " ".join([env.get("SPARK_SUBMIT_OPTS", ""), THROUGHPUT_GC, METASPACE_THRESHOLD]).strip()
     )
 
 
@@ -144,7 +163,7 @@ def test_a_session_for_a_small_input_starts_its_driver_with_c1_alone():
     )
     assert done.returncode == 0, done.stderr[-3000:]
     arguments = json.loads(done.stdout.splitlines()[-1])
-    assert QUICK_JIT in arguments and THROUGHPUT_GC in arguments
+    assert QUICK_JIT in arguments and THROUGHPUT_GC in arguments and METASPACE_THRESHOLD in arguments
 
 
 def test_input_bytes_counts_local_files_before_a_session_starts(tmp_path):

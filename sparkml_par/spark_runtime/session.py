@@ -189,6 +189,10 @@ def spark_conf_dir(env: Mapping[str, str]) -> Optional[Path]:
 # with one thread on a machine of many.
 THROUGHPUT_GC = "-XX:+UseParallelGC"
 _CHOOSES_A_COLLECTOR = re.compile(r"-XX:\+Use\w*GC\b")
+# Spark's classes pass Java's default metaspace threshold (about 21 MB) as such a driver loads them, and each time
+# the JVM stops for a full collection that can unload none of them: the threshold starts above what they take.
+METASPACE_THRESHOLD = "-XX:MetaspaceSize=256m"
+_SETS_THE_METASPACE_THRESHOLD = re.compile(r"-XX:MetaspaceSize=")
 # Such a driver's hot loops are its tasks', which a small input keeps short: its whole run ends before the code C2
 # compiles pays back what compiling it takes from the machine's cores, while C1's code (tier 1, without the
 # profiling tiered compilation runs first) is ready at once. Up to SHORT_RUN_INPUT_BYTES of input the driver
@@ -211,21 +215,26 @@ def driver_submit_opts(
     master: str, settings: Iterable[str], env: Mapping[str, str], short_run: bool = False
 ) -> Optional[str]:
     """SPARK_SUBMIT_OPTS for a driver JVM of master started with env: when the driver runs the tasks,
-    THROUGHPUT_GC added unless a collector is chosen already, and for a short run (a small input) QUICK_JIT
-    unless the JIT compilers are chosen already; None when nothing is added. settings: the other texts the
-    driver's options may come from (the session's Spark settings, spark-submit's arguments).
+    THROUGHPUT_GC added unless a collector is chosen already, METASPACE_THRESHOLD unless one is set, and for a
+    short run (a small input) QUICK_JIT unless the JIT compilers are chosen already; None when nothing is added.
+    settings: the other texts the driver's options may come from (the session's Spark settings, spark-submit's
+    arguments).
 
     A JVM given two collectors does not start, so a collector chosen anywhere the driver's Java options come
     from wins: SPARK_SUBMIT_OPTS, the JVM's own option variables, settings, and the driver options of
-    spark-defaults.conf; so does a choice of compilers. Other masters' drivers run no tasks and keep Java's
-    choices; their executors' are the cluster's.
+    spark-defaults.conf; so do a metaspace threshold and a choice of compilers. Other masters' drivers run no
+    tasks and keep Java's choices; their executors' are the cluster's.
     """
     if not driver_runs_tasks(master):
         return None
     sources = [env.get(name, "") for name in _JAVA_OPTION_VARIABLES] + list(settings) + _spark_defaults_options(env)
-    added = [] if any(_CHOOSES_A_COLLECTOR.search(text) for text in sources) else [THROUGHPUT_GC]
-    if short_run and not any(_CHOOSES_A_COMPILER.search(text) for text in sources):
-        added.append(QUICK_JIT)
+
+    def unset(option: re.Pattern) -> bool:
+        return not any(option.search(text) for text in sources)
+
+    added = [THROUGHPUT_GC] if unset(_CHOOSES_A_COLLECTOR) else []
+    added += [METASPACE_THRESHOLD] if unset(_SETS_THE_METASPACE_THRESHOLD) else []
+    added += [QUICK_JIT] if short_run and unset(_CHOOSES_A_COMPILER) else []
     if not added:
         return None
     return " ".join([env.get("SPARK_SUBMIT_OPTS", ""), *added]).strip()
