@@ -97,11 +97,14 @@ def input_bytes(cfg: DataConfig, limit: int) -> int | None:
     try:
         for match in glob.iglob(url.path):
             matched = True
-            walked = (
-                os.walk(match) if os.path.isdir(match) else [(os.path.dirname(match), [], [os.path.basename(match)])]
-            )
-            for folder, _, names in walked:
-                total += sum(os.path.getsize(os.path.join(folder, name)) for name in names if name[0] not in "._")
+            files = [match]  # a file the path names is read whatever its name
+            if os.path.isdir(match):  # a folder's files, but those Spark's readers skip as hidden
+                walked = os.walk(match)
+                files = (
+                    os.path.join(folder, name) for folder, _, names in walked for name in names if name[0] not in "._"
+                )
+            for file in files:
+                total += os.path.getsize(file)
                 if total > limit:
                     return total
     except OSError:  # a file gone or unreadable while counted: the reader will say

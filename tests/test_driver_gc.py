@@ -180,6 +180,7 @@ def test_input_bytes_counts_local_files_before_a_session_starts(tmp_path):
     assert size(str(data)) == 150
     assert size(f"file://{data}") == 150
     assert size(str(data / "*.csv")) == 100
+    assert size(str(data / "_SUCCESS")) == 7  # named by the path itself: counted as the reader reads it
     assert size(str(data), limit=99) == 100  # counted until it passes the limit
     assert size(str(tmp_path / "missing.csv")) is None
     assert size(str(data / "{a,b}.csv")) is None  # Hadoop's alternatives: left to Spark
