@@ -16,8 +16,15 @@ from typing import Any, Callable
 from data_prep import featurize
 from data_prep import manifest as mf
 from data_prep.ingest import Ingested, ingest, input_bytes, input_fingerprint, reading_raw_rows
-from data_prep.profile import class_warnings, column_statistics, count_duplicates, drop_duplicates, profile
-from data_prep.split import assign_splits, make_row_ids_unique
+from data_prep.profile import (
+    class_warnings,
+    column_statistics,
+    content_groups,
+    count_duplicates,
+    drop_duplicates,
+    profile,
+)
+from data_prep.split import assign_splits, copy_offsets, numbered_copies
 from data_prep.validate import Validated, check_reject_fraction, validate
 from data_prep.write import write_splits
 from sparkml_par.config import Config, DataConfig
@@ -141,9 +148,9 @@ def _build_validated(
     from pyspark.sql import functions as F
 
     beside = [_quarantine(spark, v, cfg, staging, output, steps)]
-    clean = v.clean
+    held = v.clean
     try:
-        content = [c for c in clean.columns if c != ROW_ID]
+        content = [c for c in v.clean.columns if c != ROW_ID]
         texts = [s.name for s in v.features if s.type == "string"]
         steps.begin("count rows")
         clean = assign_splits(v.clean, cfg)
@@ -152,13 +159,24 @@ def _build_validated(
         duplicates = 0
         if counts.repeated:  # rows share a content hash: duplicates, or a collision
             steps.begin("duplicates")
-            duplicates = count_duplicates(clean, content, v.rows_clean)
-            if duplicates and (cfg.dedupe or ing.content_row_ids):
-                unique = drop_duplicates(v.clean, content) if cfg.dedupe else make_row_ids_unique(v.clean)
-                # Rows a shuffle made are kept for the jobs below, counted again. Otherwise they are a projection
-                # of validation's persisted rows, cheaper to select again in each job than to cache a second time.
-                clean = assign_splits(unique, cfg).persist(StorageLevel.MEMORY_AND_DISK)
-                counts = _row_counts(clean, cfg, texts)
+            groups = content_groups(v.clean, content).persist(StorageLevel.MEMORY_AND_DISK)
+            try:
+                duplicates = count_duplicates(groups, content, v.rows_clean)
+                if duplicates and (cfg.dedupe or ing.content_row_ids):
+                    # What a shuffle made is kept for the jobs below: the rows left once the copies are dropped,
+                    # or each group of copies as one row, which each job expands again (cheaper than reading
+                    # every copy back from Spark's cache). Otherwise the clean rows are a projection of
+                    # validation's persisted rows, cheaper to select again in each job than to cache again.
+                    if cfg.dedupe:
+                        held = drop_duplicates(groups, content).persist(StorageLevel.MEMORY_AND_DISK)
+                        unique = held
+                    else:
+                        held = copy_offsets(groups, content).persist(StorageLevel.MEMORY_AND_DISK)
+                        unique = numbered_copies(held, content)
+                    clean = assign_splits(unique, cfg)
+                    counts = _row_counts(clean, cfg, texts)
+            finally:
+                groups.unpersist()
             steps.done("duplicates", v.rows_clean)
         if cfg.task == "classification":
             _require_two_classes(cfg, counts.classes or {}, v.classes)
@@ -216,7 +234,7 @@ def _build_validated(
             if not job.wait(0):
                 job.cancel()
                 job.wait(None)
-        clean.unpersist()
+        held.unpersist()
     return {
         MANIFEST_FORMAT_VERSION: mf.FORMAT_VERSION,
         MANIFEST_CREATED: mf.now_iso(),

@@ -15,16 +15,29 @@ DISTINCT_RSD = 0.1
 # Values (rows times scalar columns) from which the sketches leave the statistics' aggregate for one of their
 # own (see `column_statistics`): on fewer, a second job costs more than the interpreted aggregate saves.
 SKETCHES_APART_VALUES = 1_000_000
+# The rows a group of content_groups holds.
+COPIES = "_copies"
+
+
+def content_groups(df, columns: list[str]):
+    """df's rows per row id and content (`columns`), with how many rows each group holds (COPIES): what
+    prepare counts, drops or numbers the repeated rows from, one aggregate whose partial aggregation merges
+    the copies inside each partition before they cross a shuffle."""
+    from pyspark.sql import functions as F
+
+    return df.groupBy(F.col(ROW_ID), *[column(c) for c in columns]).agg(F.count(F.lit(1)).alias(COPIES))
 
 
 def count_duplicates(df, columns: list[str], rows: int) -> int:
-    """Rows that repeat an earlier row's label and features exactly, of df's `rows` rows, whole rows compared:
-    prepare asks only where some rows share a 64-bit hash of their content (duplicates, or a collision)."""
+    """Rows that repeat an earlier row's label and features exactly, of `rows` rows (df: those rows, or
+    their content_groups), whole rows compared: prepare asks only where some rows share a 64-bit hash of
+    their content (duplicates, or a collision)."""
     return rows - df.select(*[column(c) for c in columns]).distinct().count()
 
 
 def drop_duplicates(df, columns: list[str]):
-    """Keeps one row per content; the smallest id wins so the result does not depend on partitioning."""
+    """Keeps one row per content (df: the rows, or their content_groups); the smallest id wins so the
+    result does not depend on partitioning."""
     from pyspark.sql import functions as F
 
     return df.groupBy(*[quoted(c) for c in columns]).agg(F.min(ROW_ID).alias(ROW_ID))

@@ -8,10 +8,13 @@ CSV, JSON lines or Parquet produce the same splits.
 from __future__ import annotations
 
 from data_prep.ingest import canonical_values
+from data_prep.profile import COPIES
 from sparkml_par.config import DataConfig
-from sparkml_par.contract import ROW_ID, SPLIT
+from sparkml_par.contract import ROW_ID, SPLIT, column
 
 _BUCKETS = 1_000_000
+# The rows that earlier groups of the same row id hold (copy_offsets).
+OFFSET = "_offset"
 
 
 def assign_splits(df, cfg: DataConfig):
@@ -27,15 +30,25 @@ def assign_splits(df, cfg: DataConfig):
     )
 
 
-def make_row_ids_unique(df):
-    """Identical raw rows share a content-hash id; number them so every id names one row.
-
-    Rows sharing an id are identical, so their order inside the window does not matter.
-    """
+def copy_offsets(groups, columns: list[str]):
+    """`groups` (profile.content_groups: rows per row id and content, with their count) with OFFSET: the
+    rows that groups sharing the id (contents whose hashes collide) hold before it, in content order."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    occurrence = F.row_number().over(Window.partitionBy(ROW_ID).orderBy(ROW_ID))
-    return df.withColumn(
-        ROW_ID, F.when(occurrence == 1, F.col(ROW_ID)).otherwise(F.xxhash64(F.col(ROW_ID), occurrence))
-    )
+    earlier = Window.partitionBy(ROW_ID).orderBy(*[column(c) for c in columns])
+    earlier = earlier.rowsBetween(Window.unboundedPreceding, -1)
+    return groups.withColumn(OFFSET, F.coalesce(F.sum(COPIES).over(earlier), F.lit(0)))
+
+
+def numbered_copies(offsets, columns: list[str]):
+    """Every row again from `offsets` (copy_offsets' groups), each with an id of its own: identical raw rows
+    share a content-hash id, and the n-th row of an id gets a hash of the id and n, so every id names one
+    row whatever the partitioning. The rows are made again from their groups, where a window over every
+    row would sort them all."""
+    from pyspark.sql import functions as F
+
+    copy = F.explode(F.sequence(F.lit(1), F.col(COPIES).cast("int"))).alias("_copy")
+    occurrence = (F.col(OFFSET) + F.col("_copy")).cast("int")
+    renumbered = F.when(occurrence == 1, F.col(ROW_ID)).otherwise(F.xxhash64(F.col(ROW_ID), occurrence))
+    return offsets.select("*", copy).select(renumbered.alias(ROW_ID), *[column(c) for c in columns])

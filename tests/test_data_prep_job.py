@@ -375,6 +375,35 @@ def test_duplicates_are_counted_exactly_with_and_without_repeated_rows(spark):
     assert count_duplicates(rows.where("_row_id NOT IN (2, 5)"), ["x", "s", "v"], 4) == 0
 
 
+def test_copies_are_numbered_from_their_groups_each_id_once(spark):
+    """Rows that share a content-hash id get ids of their own from the aggregate of their groups: the first
+    copy keeps the id, the n-th gets a hash of the id and n. Two contents whose hashes collide (id 11) number
+    on from each other in content order."""
+    from data_prep.profile import COPIES, content_groups
+    from data_prep.split import copy_offsets, numbered_copies
+
+    rows = spark.createDataFrame(
+        [(7, 1.0, "a"), (7, 1.0, "a"), (7, 1.0, "a"), (9, 2.0, "a"), (11, 3.0, "c"), (11, 3.0, "b"), (11, 3.0, "b")],
+        "_row_id long, x double, s string",
+    )
+    groups = content_groups(rows, ["x", "s"])
+    assert sorted((r["_row_id"], r["s"], r[COPIES]) for r in groups.collect()) == [
+        (7, "a", 3),
+        (9, "a", 1),
+        (11, "b", 2),
+        (11, "c", 1),
+    ]
+    numbered = numbered_copies(copy_offsets(groups, ["x", "s"]), ["x", "s"])
+    assert numbered.columns == ["_row_id", "x", "s"]
+    expected = spark.sql(
+        "SELECT * FROM VALUES (7L, 1.0D, 'a'), (xxhash64(7L, 2), 1.0D, 'a'), (xxhash64(7L, 3), 1.0D, 'a'), "
+        "(9L, 2.0D, 'a'), (11L, 3.0D, 'b'), (xxhash64(11L, 2), 3.0D, 'b'), (xxhash64(11L, 3), 3.0D, 'c') "
+        "AS t(_row_id, x, s)"
+    ).collect()
+    assert sorted(numbered.collect()) == sorted(expected)
+    assert numbered.select("_row_id").distinct().count() == 7
+
+
 def test_prepare_command_and_spark_submit_entry(tmp_path, capsys):
     from sparkml_par.cli import run_job
 
