@@ -154,7 +154,7 @@ def _build_validated(
         texts = [s.name for s in v.features if s.type == "string"]
         steps.begin("count rows")
         clean = assign_splits(v.clean, cfg)
-        counts = _row_counts(clean, cfg, texts, content)
+        counts = _row_counts(clean, cfg, texts, content, v.rows_clean)
         steps.done("count rows", v.rows_clean)
         duplicates = 0
         if counts.repeated:  # rows share a content hash: duplicates, or a collision
@@ -268,6 +268,11 @@ def _build_validated(
     }
 
 
+# Clean rows a Spark partition holds from which _row_counts numbers the content hash's rows in a sorted branch of
+# their own, instead of a group a row in its aggregate (see there).
+HASH_APART_ROWS = 1_000_000
+
+
 @dataclass
 class _RowCounts:
     """Clean rows per split, per class of a classification label (None for regression), per split and
@@ -293,13 +298,19 @@ def _require_two_classes(cfg: DataConfig, classes: dict[str, int], names: list[s
         )
 
 
-def _row_counts(clean, cfg: DataConfig, texts: list[str], content: list[str] | None = None) -> _RowCounts:
+def _row_counts(
+    clean, cfg: DataConfig, texts: list[str], content: list[str] | None = None, rows: int = 0
+) -> _RowCounts:
     """One aggregate over grouping sets: (split, partition), (label) for a classification label, (split,
     column) for each text feature and, given `content` columns, their 64-bit hash. One pass over the rows
     gives the splits' sizes, their partitions' sizes, the classes, the categories and the rows that repeat
     an earlier row's content hash, where separate counts would each be Spark jobs of their own. The
     hash's groups (one a row) are summed into one row by an aggregate over the sets' rows. Identical rows
-    hash alike (Spark's hash, as its distinct, takes -0.0 for 0.0): no row sharing a hash, no duplicate."""
+    hash alike (Spark's hash, as its distinct, takes -0.0 for 0.0): no row sharing a hash, no duplicate.
+
+    From HASH_APART_ROWS a partition (of `rows` clean rows), a group a row in the sets' wide key outgrows the
+    aggregate's memory: the hash's rows are then numbered in hash order, a sort of a narrow column, in a
+    branch of the same query whose stage runs beside the sets'."""
     from pyspark.sql import functions as F
 
     label = [cfg.label] if cfg.task == "classification" else []
@@ -313,16 +324,24 @@ def _row_counts(clean, cfg: DataConfig, texts: list[str], content: list[str] | N
         *[column(c).alias(v) for c, v in zip(columns, values)],
         *hashed,
     )
+    apart = bool(content) and rows > HASH_APART_ROWS * counted.rdd.getNumPartitions()
     # GROUPING SETS in SQL, which Spark 3.5 has (DataFrame.groupingSets is Spark 4's); each set's grouping flag
     # is 0 in its own set, every flag 1 in the hash's.
     sets = [f"({SPLIT}, _partition)"] + [f"({v})" for v in values[: len(label)]]
-    sets += [f"({SPLIT}, {v})" for v in values[len(label) :]] + (["(_hash)"] if content else [])
+    sets += [f"({SPLIT}, {v})" for v in values[len(label) :]] + (["(_hash)"] if content and not apart else [])
     keys = [SPLIT, "_partition", *values, *[f"_g{i}" for i in range(len(values) + 1)]]
     flags = [f"grouping({v}) AS _g{i}" for i, v in enumerate(["_partition", *values])]
-    query = f"""SELECT {", ".join(keys)}, sum(_n) AS _n, sum(IF(_n > 1, _n - 1, 0)) AS _repeated FROM (
-        SELECT {", ".join([SPLIT, "_partition", *values, *flags])}, count(1) AS _n
-        FROM {{counted}} GROUP BY GROUPING SETS ({", ".join(sets)})
-    ) AS _sets GROUP BY {", ".join(keys)}"""
+    grouped = f"""SELECT {", ".join([SPLIT, "_partition", *values, *flags])}, count(1) AS _n
+        FROM {{counted}} GROUP BY GROUPING SETS ({", ".join(sets)})"""
+    if not apart:
+        query = f"""SELECT {", ".join(keys)}, sum(_n) AS _n, sum(IF(_n > 1, _n - 1, 0)) AS _repeated
+            FROM ({grouped}) AS _sets GROUP BY {", ".join(keys)}"""
+    else:
+        hash_keys = ", ".join(["NULL"] * (2 + len(values)) + ["1"] * (len(values) + 1))
+        query = f"""SELECT *, 0L AS _repeated FROM ({grouped}) AS _sets
+            UNION ALL SELECT {hash_keys}, 0L, count(1) FROM (
+                SELECT row_number() OVER (PARTITION BY _hash ORDER BY _hash) AS _copy FROM {{counted}}
+            ) AS _hashes WHERE _copy > 1"""
     per_set: list[list] = [[] for _ in range(len(columns) + 1)]
     repeated = 0 if content else None
     for r in clean.sparkSession.sql(query, counted=counted).collect():

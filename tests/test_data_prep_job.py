@@ -359,6 +359,21 @@ def test_rows_per_split_class_partition_category_and_content_hash_come_from_one_
     assert regression.repeated is None
 
 
+def test_content_hash_counted_apart_on_many_rows_a_partition_gives_the_same_counts(spark, monkeypatch):
+    """From HASH_APART_ROWS rows a partition the hash's rows are numbered in a sorted branch of their own."""
+    from data_prep import job
+
+    rows = spark.range(0, 90, 1, numPartitions=3).selectExpr(
+        "id AS _hash", "CASE WHEN id % 3 = 0 THEN 'test' ELSE 'train' END AS _split", "id % 2 AS _n", "'a' AS t"
+    )
+    cfg = DataConfig(label="_n")
+    together = _row_counts(rows, cfg, ["t"], ["_n", "t"], rows=90)
+    monkeypatch.setattr(job, "HASH_APART_ROWS", 29)
+    apart = _row_counts(rows, cfg, ["t"], ["_n", "t"], rows=90)
+    assert apart == together and apart.repeated == 88
+    assert _row_counts(rows, cfg, ["t"], ["_hash"], rows=90).repeated == 0
+
+
 def test_duplicates_are_counted_exactly_with_and_without_repeated_rows(spark):
     rows = spark.createDataFrame(
         [
