@@ -324,7 +324,8 @@ def _row_counts(
         *[column(c).alias(v) for c, v in zip(columns, values)],
         *hashed,
     )
-    apart = bool(content) and rows > HASH_APART_ROWS * counted.rdd.getNumPartitions()
+    # (A partition holds at most every row: the partitions are counted only where that passes the limit.)
+    apart = bool(content) and rows > HASH_APART_ROWS and rows > HASH_APART_ROWS * counted.rdd.getNumPartitions()
     # GROUPING SETS in SQL, which Spark 3.5 has (DataFrame.groupingSets is Spark 4's); each set's grouping flag
     # is 0 in its own set, every flag 1 in the hash's.
     sets = [f"({SPLIT}, _partition)"] + [f"({v})" for v in values[: len(label)]]
