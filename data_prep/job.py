@@ -26,7 +26,7 @@ from data_prep.profile import (
 )
 from data_prep.split import assign_splits, copy_offsets, numbered_copies
 from data_prep.validate import Validated, check_reject_fraction, validate
-from data_prep.write import write_splits
+from data_prep.write import start_workers, write_splits
 from sparkml_par.config import Config, DataConfig
 from sparkml_par.contract import (
     FEATURES,
@@ -110,18 +110,23 @@ def _prepare(spark, cfg: DataConfig, owner: str | None, job: JobName) -> Prepare
     if existing is not None:
         log.info("%s already holds this dataset (fingerprint %s): nothing to do", output, fingerprint)
         return PrepareResult(manifest=existing, output=output, skipped=True, seconds=time.time() - start)
-    ing = ingest(spark, cfg)
-    steps.done("read the input", 0)
-    staging = hadoop.create_staging(spark, output, "data.output")
-    fs = hadoop.HadoopFs(spark, staging)
+    # The Python workers start beside reading and validating the input, which leave a core idle while the driver plans.
+    workers = steps.beside("start workers", lambda: start_workers(spark))
     try:
-        manifest = _build(spark, cfg, ing, fingerprint, staging, output, steps)
-        manifest[MANIFEST_OWNER] = owner
-        mf.publish(spark, staging, output, manifest)
-    except BaseException:
-        if fs.exists(staging):
-            fs.delete(staging)
-        raise
+        ing = ingest(spark, cfg)
+        steps.done("read the input", 0)
+        staging = hadoop.create_staging(spark, output, "data.output")
+        fs = hadoop.HadoopFs(spark, staging)
+        try:
+            manifest = _build(spark, cfg, ing, fingerprint, staging, output, steps, workers)
+            manifest[MANIFEST_OWNER] = owner
+            mf.publish(spark, staging, output, manifest)
+        except BaseException:
+            if fs.exists(staging):
+                fs.delete(staging)
+            raise
+    finally:
+        _stop(workers)
     seconds = time.time() - start
     log.info(
         "published %s in %.1f s (%.0f input rows/s)", output, seconds, manifest[MANIFEST_ROWS_IN] / max(seconds, 1e-9)
@@ -130,24 +135,39 @@ def _prepare(spark, cfg: DataConfig, owner: str | None, job: JobName) -> Prepare
 
 
 def _build(
-    spark, cfg: DataConfig, ing: Ingested, fingerprint: str, staging: str, output: str, steps: _Steps
+    spark,
+    cfg: DataConfig,
+    ing: Ingested,
+    fingerprint: str,
+    staging: str,
+    output: str,
+    steps: _Steps,
+    workers: BackgroundJob,
 ) -> dict[str, Any]:
     steps.begin("validate")
     v = validate(ing, cfg)
     try:
         steps.done("validate", v.rows_in)
-        return _build_validated(spark, cfg, ing, v, fingerprint, staging, output, steps)
+        return _build_validated(spark, cfg, ing, v, fingerprint, staging, output, steps, workers)
     finally:
         v.release()
 
 
 def _build_validated(
-    spark, cfg: DataConfig, ing: Ingested, v: Validated, fingerprint: str, staging: str, output: str, steps: _Steps
+    spark,
+    cfg: DataConfig,
+    ing: Ingested,
+    v: Validated,
+    fingerprint: str,
+    staging: str,
+    output: str,
+    steps: _Steps,
+    workers: BackgroundJob,
 ) -> dict[str, Any]:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    beside = [_quarantine(spark, v, cfg, staging, output, steps)]
+    beside = [workers, _quarantine(spark, v, cfg, staging, output, steps)]
     held = v.clean
     try:
         content = [c for c in v.clean.columns if c != ROW_ID]
@@ -231,9 +251,7 @@ def _build_validated(
             job.result()
     finally:
         for job in beside:  # after a failure, stopped before the caller removes the staging directory
-            if not job.wait(0):
-                job.cancel()
-                job.wait(None)
+            _stop(job)
         held.unpersist()
     return {
         MANIFEST_FORMAT_VERSION: mf.FORMAT_VERSION,
@@ -386,6 +404,13 @@ def _quarantine(spark, v: Validated, cfg: DataConfig, staging: str, output: str,
         fs.rename(url, kept)
         raise
     return steps.beside("quarantine", write)
+
+
+def _stop(job: BackgroundJob) -> None:
+    """Cancels a job beside the steps unless it has finished, and waits for it to end."""
+    if not job.wait(0):
+        job.cancel()
+        job.wait(None)
 
 
 def _label_scale(clean, cfg: DataConfig) -> dict[str, float] | None:

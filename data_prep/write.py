@@ -214,6 +214,25 @@ def write_splits(
     }
 
 
+def start_workers(spark) -> None:
+    """Runs a task a core that imports what the write tasks import, so that Spark starts its Python workers
+    (and its JVM the Arrow path to them) beside the steps before the write instead of in the write's first
+    tasks; Spark reuses the idle workers for the write."""
+    cores = spark.sparkContext.defaultParallelism
+    spark.range(0, cores, 1, cores).mapInArrow(_with_writer_imports, "id long").collect()
+
+
+def _with_writer_imports(batches):
+    """A task of start_workers: a worker that ran it holds the write tasks' imports (this module's among them)."""
+    import pyarrow.compute  # noqa: F401
+    import pyarrow.parquet  # noqa: F401
+
+    from sparkml_par.spark_runtime.python_worker import prepare_worker
+
+    prepare_worker()
+    yield from batches
+
+
 def _finish(url: str, rows: int, planned: int, schema, split: str) -> dict[str, Any]:
     """Checks a written split against its plan and adds petastorm's metadata."""
     store = _dataset_store(url)

@@ -44,6 +44,11 @@ def test_digits_manifest(digits):
     assert m["profile"] == "profile.json" and len(m["fingerprint"]) == 32 and m["created"].endswith("+00:00")
 
 
+def test_python_workers_start_beside_the_steps_before_the_write(digits):
+    steps = {s["step"]: s for s in digits.steps}
+    assert steps["start workers"]["jobs"] == 1 and steps["write splits"]["jobs"] == 1
+
+
 def test_digits_files_on_disk(digits):
     root = Path(digits.output[len("file://") :])
     visible = sorted(p.name for p in root.iterdir() if not p.name.startswith("."))  # Hadoop adds .crc files
@@ -150,6 +155,29 @@ def test_a_failed_job_leaves_no_dataset_and_no_staging(spark, tmp_path):
     with pytest.raises(SparkmlParError, match=r"split has \d+ rows, fewer than data.max_shards=16"):
         prepare(spark, cfg)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_failed_step_stops_the_jobs_beside_it(spark, tmp_path, monkeypatch):
+    """A job beside the steps (here the Python workers' start, made to run until it is cancelled) is cancelled
+    when a step fails: prepare raises the step's error with no job of its own left running."""
+
+    def start_workers(spark):
+        def endless(batches):
+            import time
+
+            time.sleep(600)
+            yield from batches
+
+        spark.range(0, 1, 1, 1).mapInArrow(endless, "id long").collect()
+
+    monkeypatch.setattr("data_prep.job.start_workers", start_workers)
+    raw = tmp_path / "raw.csv"
+    raw.write_text("x,label\n1.0,0\n2.0,1\n")
+    cfg = DataConfig(source="csv", path=str(raw), label="no_such_column", output=str(tmp_path / "ds"))
+    with pytest.raises(SparkmlParError, match="data.label: column 'no_such_column' is not in the input"):
+        prepare(spark, cfg)
+    assert spark.sparkContext.statusTracker().getActiveJobsIds() == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["raw.csv"]
 
 
 def test_what_a_killed_job_left_beside_the_output_is_cleared(spark, tmp_path):
