@@ -25,7 +25,7 @@ from sparkml_par.io import local_files
 from sparkml_par.io.hadoop import check_writable_url, qualify_url
 from sparkml_par.io.store import Store, WorkingCopy, local_path
 from sparkml_par.progress import spark_progress
-from sparkml_par.spark_runtime.session import SHORT_RUN_INPUT_BYTES, spark_session
+from sparkml_par.spark_runtime.session import SHORT_RUN_INPUT_BYTES, TORCH_WORKERS, spark_session
 from sparkml_par.stage import Run, Stage, StageRecord
 from sparkml_par.tracking import Tracker
 
@@ -182,7 +182,7 @@ def run(cfg: Config) -> int:
         # own process.
         with ThreadPoolExecutor(1, thread_name_prefix="import-stages") as importing:
             stages = importing.submit(pipeline_stages)
-            with spark_session(cfg.spark, log_file, size) as spark:
+            with spark_session(cfg.spark, log_file, size, TORCH_WORKERS) as spark:
                 stages.result()
                 records = run_pipeline(spark, cfg, run_dir, tracker)
     finally:

@@ -216,9 +216,9 @@ def summary(result: ScoreResult) -> str:
 
 def run(cfg: Config) -> int:
     """Entry point of `sparkml-par score`."""
-    from sparkml_par.spark_runtime.session import run_stage
+    from sparkml_par.spark_runtime.session import TORCH_WORKERS, run_stage
 
-    return run_stage(cfg, lambda spark: score_job(spark, cfg), summary)
+    return run_stage(cfg, lambda spark: score_job(spark, cfg), summary, worker_imports=TORCH_WORKERS)
 
 
 def _stage_work(run: Run, _resume: bool):

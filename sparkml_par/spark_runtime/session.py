@@ -15,10 +15,11 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, MutableMapping, Optional
+from typing import Any, Callable, Iterable, Iterator, Mapping, MutableMapping, Optional, Sequence
 
 from sparkml_par.config import SparkConfig
 from sparkml_par.errors import ConfigError, SparkmlParError
+from sparkml_par.spark_runtime import worker_daemon
 from sparkml_par.spark_runtime.class_archive import use_class_archive
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,8 @@ SPARK_LOG_FILE_PROPERTY = "sparkml_par.spark_log"  # read by SPARK_LOG_CONFIG
 # The names Spark's log4j2 looks for on its classpath, which holds Spark's conf directory.
 _LOG4J2_FILES = ("log4j2.properties", "log4j2.xml", "log4j2.yaml", "log4j2.yml", "log4j2.json")
 _SQL_SIMPLIFIED_TRACEBACK = "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled"
+# What the Python workers of a session that trains or scores import first (see session_settings).
+TORCH_WORKERS = ("torch",)
 
 
 def is_local_master(master: str) -> bool:
@@ -40,8 +43,9 @@ def driver_runs_tasks(master: str) -> bool:
     return master == "local" or master.startswith("local[")
 
 
-def session_settings(cfg: SparkConfig) -> dict[str, str]:
-    """Every setting the builder applies: ours first, then the user's spark.* settings win."""
+def session_settings(cfg: SparkConfig, worker_imports: Sequence[str] = ()) -> dict[str, str]:
+    """Every setting the builder applies: ours first, then the user's spark.* settings win. worker_imports:
+    modules the session's Python workers will import (torch, where it trains or scores)."""
     # The project logs stage, epoch and throughput itself; Spark's bar would break those lines on any master.
     settings = {
         "spark.app.name": cfg.app_name,
@@ -71,6 +75,10 @@ def session_settings(cfg: SparkConfig) -> dict[str, str]:
                 "spark.pyspark.driver.python": sys.executable,
             }
         )
+    if driver_runs_tasks(cfg.master) and worker_imports:
+        # The workers share the cores with the driver: the daemon imports them once, before it forks the workers.
+        settings["spark.python.daemon.module"] = worker_daemon.__name__
+        settings[f"spark.executorEnv.{worker_daemon.WORKER_IMPORTS}"] = ",".join(worker_imports)
     if cfg.use_gpu:
         settings.update(_gpu_settings(cfg))
     settings.update(cfg.conf)
@@ -111,12 +119,18 @@ def require_classic_session(spark, stage: str) -> None:
         )
 
 
-def get_or_create_session(cfg: SparkConfig, log_file: Optional[Path] = None, input_bytes: Optional[int] = None):
+def get_or_create_session(
+    cfg: SparkConfig,
+    log_file: Optional[Path] = None,
+    input_bytes: Optional[int] = None,
+    worker_imports: Sequence[str] = (),
+):
     """Returns (session, created): an active session is reused, otherwise one is built from cfg.
 
     A session built here logs through the project's log4j2 config (spark_log4j2.properties), which also
     writes Spark's warnings and errors to `log_file` when one is given. `input_bytes`: the size of the input
-    the session is for, where known before it starts (see driver_submit_opts).
+    the session is for, where known before it starts (see driver_submit_opts); `worker_imports`: see
+    session_settings.
     """
     from pyspark.sql import SparkSession
 
@@ -139,7 +153,7 @@ def get_or_create_session(cfg: SparkConfig, log_file: Optional[Path] = None, inp
     if archive is not None:
         log.debug("the driver JVM maps Spark's classes from %s", archive)
     builder = SparkSession.builder
-    for key, value in session_settings(cfg).items():
+    for key, value in session_settings(cfg, worker_imports).items():
         builder = builder.config(key, value)
     # For this JVM only: a later session's settings may choose a collector of their own.
     short = input_bytes is not None and input_bytes <= SHORT_RUN_INPUT_BYTES
@@ -280,14 +294,19 @@ _SPARK_OOM_EXIT = 52
 
 
 @contextlib.contextmanager
-def spark_session(cfg: SparkConfig, log_file: Optional[Path] = None, input_bytes: Optional[int] = None) -> Iterator:
-    """A session for the duration of a job (`input_bytes`: see get_or_create_session); stopped afterwards only
-    if this call created it.
+def spark_session(
+    cfg: SparkConfig,
+    log_file: Optional[Path] = None,
+    input_bytes: Optional[int] = None,
+    worker_imports: Sequence[str] = (),
+) -> Iterator:
+    """A session for the duration of a job (`input_bytes`, `worker_imports`: see get_or_create_session);
+    stopped afterwards only if this call created it.
 
     A driver JVM this process started that exits under the job (out of heap, killed) leaves pyspark with
     a lost connection and a chain of Py4J errors: the job's error says what happened and what to change.
     """
-    session, created = get_or_create_session(cfg, log_file, input_bytes)
+    session, created = get_or_create_session(cfg, log_file, input_bytes, worker_imports)
     lost_connections = _HeldLostConnections()
     logging.getLogger().addFilter(lost_connections)
     driver_lost = False
@@ -434,11 +453,15 @@ def _driver_exit_message(cfg: SparkConfig, exit_code: int) -> str:
 
 
 def run_stage(
-    cfg, work: Callable[[Any], Any], summarize: Callable[[Any], str], input_bytes: Optional[int] = None
+    cfg,
+    work: Callable[[Any], Any],
+    summarize: Callable[[Any], str],
+    input_bytes: Optional[int] = None,
+    worker_imports: Sequence[str] = (),
 ) -> int:
-    """A CLI stage: its work in a session for cfg.spark (an active one is reused; `input_bytes`: see
-    get_or_create_session), then its summary."""
-    with spark_session(cfg.spark, input_bytes=input_bytes) as spark:
+    """A CLI stage: its work in a session for cfg.spark (an active one is reused; `input_bytes`,
+    `worker_imports`: see get_or_create_session), then its summary."""
+    with spark_session(cfg.spark, input_bytes=input_bytes, worker_imports=worker_imports) as spark:
         result = work(spark)
     print(summarize(result))
     return 0

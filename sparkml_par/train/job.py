@@ -337,9 +337,9 @@ def summary(result: TrainResult) -> str:
 
 def run(cfg: Config) -> int:
     """Entry point of `sparkml-par train`."""
-    from sparkml_par.spark_runtime.session import run_stage
+    from sparkml_par.spark_runtime.session import TORCH_WORKERS, run_stage
 
-    return run_stage(cfg, lambda spark: train(spark, cfg), summary)
+    return run_stage(cfg, lambda spark: train(spark, cfg), summary, worker_imports=TORCH_WORKERS)
 
 
 def _stage_work(run: Run, resume: bool):

@@ -166,9 +166,14 @@ def summary(result: TuneResult, metric: str) -> str:
 
 def run(cfg: Config) -> int:
     """Entry point of `sparkml-par tune`."""
-    from sparkml_par.spark_runtime.session import run_stage
+    from sparkml_par.spark_runtime.session import TORCH_WORKERS, run_stage
 
-    return run_stage(cfg, lambda spark: tune(spark, cfg), lambda result: summary(result, cfg.tune.metric))
+    return run_stage(
+        cfg,
+        lambda spark: tune(spark, cfg),
+        lambda result: summary(result, cfg.tune.metric),
+        worker_imports=TORCH_WORKERS,
+    )
 
 
 def _stage_work(run: Run, _resume: bool):
