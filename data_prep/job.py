@@ -118,7 +118,8 @@ def _prepare(spark, cfg: DataConfig, owner: str | None, job: JobName) -> Prepare
         staging = hadoop.create_staging(spark, output, "data.output")
         fs = hadoop.HadoopFs(spark, staging)
         try:
-            manifest = _build(spark, cfg, ing, fingerprint, staging, output, steps, workers)
+            manifest = _build(spark, cfg, ing, fingerprint, staging, output, steps)
+            workers.result()
             manifest[MANIFEST_OWNER] = owner
             mf.publish(spark, staging, output, manifest)
         except BaseException:
@@ -135,39 +136,24 @@ def _prepare(spark, cfg: DataConfig, owner: str | None, job: JobName) -> Prepare
 
 
 def _build(
-    spark,
-    cfg: DataConfig,
-    ing: Ingested,
-    fingerprint: str,
-    staging: str,
-    output: str,
-    steps: _Steps,
-    workers: BackgroundJob,
+    spark, cfg: DataConfig, ing: Ingested, fingerprint: str, staging: str, output: str, steps: _Steps
 ) -> dict[str, Any]:
     steps.begin("validate")
     v = validate(ing, cfg)
     try:
         steps.done("validate", v.rows_in)
-        return _build_validated(spark, cfg, ing, v, fingerprint, staging, output, steps, workers)
+        return _build_validated(spark, cfg, ing, v, fingerprint, staging, output, steps)
     finally:
         v.release()
 
 
 def _build_validated(
-    spark,
-    cfg: DataConfig,
-    ing: Ingested,
-    v: Validated,
-    fingerprint: str,
-    staging: str,
-    output: str,
-    steps: _Steps,
-    workers: BackgroundJob,
+    spark, cfg: DataConfig, ing: Ingested, v: Validated, fingerprint: str, staging: str, output: str, steps: _Steps
 ) -> dict[str, Any]:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    beside = [workers, _quarantine(spark, v, cfg, staging, output, steps)]
+    beside = [_quarantine(spark, v, cfg, staging, output, steps)]
     held = v.clean
     try:
         content = [c for c in v.clean.columns if c != ROW_ID]
