@@ -273,3 +273,21 @@ def test_a_failed_jobs_session_stops_only_after_its_cancelled_tasks_end(spark):
     assert job.wait(10)
     with pytest.raises(Exception, match="cancelled"):
         job.result()
+
+
+def test_a_cancelled_job_has_ended_once_spark_reported_each_of_its_tasks_ended(spark):
+    # Spark logs a killed task's report ("Lost task ... TaskKilled") after the job has failed; a session
+    # stopped before it lost that report from the run's log.
+    sc = spark.sparkContext
+    tracker = sc.statusTracker()
+    job = BackgroundJob(sc, lambda: sc.parallelize(range(2), 2).foreach(lambda _: time.sleep(120)), "sleeping tasks")
+    deadline = time.monotonic() + 60
+    while running_tasks(sc) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stage_ids = tracker.getActiveStageIds()
+    assert len(stage_ids) == 1 and tracker.getStageInfo(stage_ids[0]).numActiveTasks == 2
+    job.cancel()
+    assert job.wait(60)
+    assert tracker.getStageInfo(stage_ids[0]).numActiveTasks == 0
+    with pytest.raises(Exception, match="cancelled"):
+        job.result()

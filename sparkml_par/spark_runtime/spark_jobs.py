@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 import uuid
 from typing import Callable, Generic, Iterator, Optional, TypeVar
 
@@ -102,14 +103,38 @@ class BackgroundJob(Generic[T]):
         self._thread.start()
         self._started.wait()
 
-    def wait(self, seconds: float) -> bool:
-        """True once the job has finished (or failed); waits at most `seconds`."""
+    def wait(self, seconds: Optional[float]) -> bool:
+        """True once the job has ended: its action returned or failed and Spark reported each of its tasks
+        ended. A cancelled job fails at once while its tasks end later, and a task's end that reaches a stopped
+        scheduler is logged as an error in place of Spark's report of it. Waits at most `seconds` (None: as
+        long as it takes)."""
+        deadline = None if seconds is None else time.monotonic() + seconds
         self._thread.join(seconds)
-        return not self._thread.is_alive()
+        if self._thread.is_alive():
+            return False
+        while self._reported_active_tasks() > 0:
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
 
     def cancel(self) -> None:
         if self._group is not None:
             self._sc.cancelJobGroup(self._group)
+
+    def _reported_active_tasks(self) -> int:
+        """The job's tasks that Spark's status store still counts as running (0 once the driver JVM is gone)."""
+        from py4j.protocol import Py4JError
+
+        if self._group is None:
+            return 0
+        tracker = self._sc.statusTracker()
+        try:
+            jobs = [tracker.getJobInfo(job_id) for job_id in tracker.getJobIdsForGroup(self._group)]
+            stages = [tracker.getStageInfo(stage_id) for job in jobs if job for stage_id in job.stageIds]
+        except (Py4JError, ConnectionError):
+            return 0
+        return sum(stage.numActiveTasks for stage in stages if stage)
 
     def result(self) -> T:
         """The action's value, or its exception raised here; waits for the job to finish."""
