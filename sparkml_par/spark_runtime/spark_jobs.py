@@ -75,6 +75,11 @@ def spark_job(sc, description: str, interrupt_on_cancel: bool = False) -> Iterat
             sc.setLocalProperty(key, value)  # None removes the property
 
 
+# How long a job whose action has ended is waited for, at most, when its caller set no limit: a task that does
+# not answer its kill does not hold the caller forever.
+_TASK_REPORTS_WAIT_S = 30
+
+
 class BackgroundJob(Generic[T]):
     """A Spark action run in a background thread under its own named job group, cancellable from any thread.
 
@@ -106,14 +111,15 @@ class BackgroundJob(Generic[T]):
     def wait(self, seconds: Optional[float]) -> bool:
         """True once the job has ended: its action returned or failed and Spark reported each of its tasks
         ended. A cancelled job fails at once while its tasks end later, and a task's end that reaches a stopped
-        scheduler is logged as an error in place of Spark's report of it. Waits at most `seconds` (None: as
-        long as it takes)."""
-        deadline = None if seconds is None else time.monotonic() + seconds
+        scheduler is logged as an error in place of Spark's report of it. Waits at most `seconds`; None waits
+        for the action as long as it takes and then for the reports at most _TASK_REPORTS_WAIT_S."""
+        started = time.monotonic()
         self._thread.join(seconds)
         if self._thread.is_alive():
             return False
+        deadline = (started + seconds) if seconds is not None else (time.monotonic() + _TASK_REPORTS_WAIT_S)
         while self._reported_active_tasks() > 0:
-            if deadline is not None and time.monotonic() >= deadline:
+            if time.monotonic() >= deadline:
                 return False
             time.sleep(0.05)
         return True
@@ -128,8 +134,8 @@ class BackgroundJob(Generic[T]):
 
         if self._group is None:
             return 0
-        tracker = self._sc.statusTracker()
         try:
+            tracker = self._sc.statusTracker()
             jobs = [tracker.getJobInfo(job_id) for job_id in tracker.getJobIdsForGroup(self._group)]
             stages = [tracker.getStageInfo(stage_id) for job in jobs if job for stage_id in job.stageIds]
         except (Py4JError, ConnectionError):
