@@ -259,15 +259,21 @@ def test_the_out_of_heap_error_says_the_driver_runs_the_tasks_only_on_local_n():
         assert "runs every task" not in _driver_exit_message(SparkConfig(master=master), 52)
 
 
-def test_a_failed_jobs_session_stops_only_after_its_cancelled_tasks_end(spark):
-    # A cancelled job fails at once while its tasks are still being killed; stopping Spark then made their
-    # late ends log an ERROR with a Java stack trace above the job's own error.
-    sc = spark.sparkContext
+def _two_sleeping_tasks(sc) -> BackgroundJob:
+    """A background job whose two tasks sleep for two minutes, returned once both run."""
     job = BackgroundJob(sc, lambda: sc.parallelize(range(2), 2).foreach(lambda _: time.sleep(120)), "sleeping tasks")
     deadline = time.monotonic() + 60
     while running_tasks(sc) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert running_tasks(sc) == 2
+    return job
+
+
+def test_a_failed_jobs_session_stops_only_after_its_cancelled_tasks_end(spark):
+    # A cancelled job fails at once while its tasks are still being killed; stopping Spark then made their
+    # late ends log an ERROR with a Java stack trace above the job's own error.
+    sc = spark.sparkContext
+    job = _two_sleeping_tasks(sc)
     _cancel_and_await_tasks(sc, 60)
     assert running_tasks(sc) == 0
     assert job.wait(10)
@@ -280,10 +286,7 @@ def test_a_cancelled_job_has_ended_once_spark_reported_each_of_its_tasks_ended(s
     # stopped before it lost that report from the run's log.
     sc = spark.sparkContext
     tracker = sc.statusTracker()
-    job = BackgroundJob(sc, lambda: sc.parallelize(range(2), 2).foreach(lambda _: time.sleep(120)), "sleeping tasks")
-    deadline = time.monotonic() + 60
-    while running_tasks(sc) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    job = _two_sleeping_tasks(sc)
     stage_ids = tracker.getActiveStageIds()
     assert len(stage_ids) == 1 and tracker.getStageInfo(stage_ids[0]).numActiveTasks == 2
     job.cancel()
