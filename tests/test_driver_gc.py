@@ -1,6 +1,6 @@
 """The options of a local[N] driver JVM: the parallel garbage collector, unless one is chosen anywhere; a metaspace
-threshold above Spark's classes, unless one is set; and for a small input the C1 compiler alone, unless the
-compilers are chosen anywhere."""
+threshold above Spark's classes, unless one is set; and for a small input the C1 compiler alone, for any other C2's
+thresholds raised, unless the compilers are chosen or tuned anywhere."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 from data_prep.ingest import input_bytes
 from sparkml_par.config import DataConfig, SyntheticConfig
 from sparkml_par.spark_runtime.session import (
+    LATE_C2,
     METASPACE_THRESHOLD,
     QUICK_JIT,
     SHORT_RUN_INPUT_BYTES,
@@ -31,9 +32,9 @@ def _collectors(spark) -> list[str]:
 
 def test_a_local_driver_gets_the_parallel_collector_after_the_options_it_has():
     assert driver_submit_opts("local[2]", [], {"SPARK_SUBMIT_OPTS": "-Xss4m"}) == (
-        f"-Xss4m {THROUGHPUT_GC} {METASPACE_THRESHOLD}"
+        f"-Xss4m {THROUGHPUT_GC} {METASPACE_THRESHOLD} {LATE_C2}"
     )
-    assert driver_submit_opts("local", [], {}) == f"{THROUGHPUT_GC} {METASPACE_THRESHOLD}"
+    assert driver_submit_opts("local", [], {}) == f"{THROUGHPUT_GC} {METASPACE_THRESHOLD} {LATE_C2}"
     for master in ("local-cluster[2,1,1024]", "spark://10.0.0.1:7077", "yarn", "k8s://https://10.0.0.1:6443"):
         assert driver_submit_opts(master, [], {}) is None  # their drivers run no tasks
 
@@ -51,20 +52,21 @@ def test_a_local_driver_gets_the_parallel_collector_after_the_options_it_has():
 def test_a_collector_chosen_anywhere_wins(env, settings):
     assert (
         driver_submit_opts("local[2]", settings, env)
-        == " ".join([env.get("SPARK_SUBMIT_OPTS", ""), METASPACE_THRESHOLD]).strip()
+        == " ".join([env.get("SPARK_SUBMIT_OPTS", ""), METASPACE_THRESHOLD, LATE_C2]).strip()
     )
-    metaspace = {**env, "JAVA_TOOL_OPTIONS": f"{env.get('JAVA_TOOL_OPTIONS', '')} -XX:MetaspaceSize=64m"}
-    assert driver_submit_opts("local[2]", settings, metaspace) is None  # nothing left to add
+    tuned = f"{env.get('JAVA_TOOL_OPTIONS', '')} -XX:MetaspaceSize=64m -XX:CompileThresholdScaling=2"
+    chosen = {**env, "JAVA_TOOL_OPTIONS": tuned}
+    assert driver_submit_opts("local[2]", settings, chosen) is None  # nothing left to add
 
 
 def test_a_collector_in_spark_defaults_wins(tmp_path):
     (tmp_path / "spark-defaults.conf").write_text(
         "# cluster defaults\nspark.executor.memory 2g\nspark.driver.extraJavaOptions  -XX:+UseG1GC -Dx=1\n"
     )
-    assert driver_submit_opts("local[2]", [], {"SPARK_CONF_DIR": str(tmp_path)}) == METASPACE_THRESHOLD
+    assert driver_submit_opts("local[2]", [], {"SPARK_CONF_DIR": str(tmp_path)}) == f"{METASPACE_THRESHOLD} {LATE_C2}"
     (tmp_path / "spark-defaults.conf").write_text("spark.executor.extraJavaOptions -XX:+UseG1GC\n")
     assert driver_submit_opts("local[2]", [], {"SPARK_CONF_DIR": str(tmp_path)}) == (
-        f"{THROUGHPUT_GC} {METASPACE_THRESHOLD}"
+        f"{THROUGHPUT_GC} {METASPACE_THRESHOLD} {LATE_C2}"
     )
 
 
@@ -125,23 +127,28 @@ def test_a_local_driver_for_a_small_input_compiles_with_c1_alone():
     assert driver_submit_opts("spark://10.0.0.1:7077", [], {}, short_run=True) is None  # its driver runs no tasks
 
 
+@pytest.mark.parametrize("short_run", [True, False])
 @pytest.mark.parametrize(
     "env, settings",
     [
         ({"SPARK_SUBMIT_OPTS": "-XX:TieredStopAtLevel=4"}, []),
         ({"JAVA_TOOL_OPTIONS": "-XX:-TieredCompilation"}, []),
         ({}, ["-Dfoo=1 -XX:CompilationMode=high-only"]),
+        ({"SPARK_SUBMIT_OPTS": "-XX:Tier4BackEdgeThreshold=80000"}, []),
+        ({}, ["-XX:CompileThresholdScaling=0.5"]),
     ],
 )
-def test_compilers_chosen_anywhere_win(env, settings):
+def test_compilers_chosen_or_tuned_anywhere_win(env, settings, short_run):
     assert (
-        driver_submit_opts("local[2]", settings, env, short_run=True)
+        driver_submit_opts("local[2]", settings, env, short_run=short_run)
         == " ".join([env.get("SPARK_SUBMIT_OPTS", ""), THROUGHPUT_GC, METASPACE_THRESHOLD]).strip()
     )
 
 
-def test_the_tests_session_started_without_an_input_size_keeps_tiered_compilation(spark):
-    assert QUICK_JIT not in _jvm_arguments(spark)
+def test_the_tests_session_started_without_an_input_size_compiles_tiered_with_c2s_thresholds_raised(spark):
+    arguments = _jvm_arguments(spark)
+    assert QUICK_JIT not in arguments
+    assert set(LATE_C2.split()) <= set(arguments)
 
 
 # A session for an input of 1 kB, then the JVM's arguments.

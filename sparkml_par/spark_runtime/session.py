@@ -210,10 +210,19 @@ _SETS_THE_METASPACE_THRESHOLD = re.compile(r"-XX:MetaspaceSize=")
 # Such a driver's hot loops are its tasks', which a small input keeps short: its whole run ends before the code C2
 # compiles pays back what compiling it takes from the machine's cores, while C1's code (tier 1, without the
 # profiling tiered compilation runs first) is ready at once. Up to SHORT_RUN_INPUT_BYTES of input the driver
-# compiles with C1 alone; on more, C2's code wins (see docs/performance.md).
+# compiles with C1 alone; on more, C2's code wins, but only where it runs long: at Java's thresholds C2 also
+# compiles what Spark runs a few thousand times per query (planning, code generation, task deserialization), about
+# half the driver's CPU time in a prepare. LATE_C2 raises C2's thresholds tenfold, so its compiles wait for
+# code that runs on (see docs/performance.md).
 QUICK_JIT = "-XX:TieredStopAtLevel=1"
+LATE_C2 = (
+    "-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocationThreshold=6000 "
+    "-XX:Tier4CompileThreshold=150000 -XX:Tier4BackEdgeThreshold=400000"
+)
 SHORT_RUN_INPUT_BYTES = 8 * 1024 * 1024
-_CHOOSES_A_COMPILER = re.compile(r"-XX:(TieredStopAtLevel=|[+-]TieredCompilation\b|CompilationMode=)")
+_CHOOSES_THE_COMPILERS = re.compile(
+    r"-XX:(TieredStopAtLevel=|[+-]TieredCompilation\b|CompilationMode=|CompileThresholdScaling=|Tier4\w*Threshold=)"
+)
 # Where else a driver JVM's options come from: the JVM's own variables, and pyspark's spark-submit arguments.
 _JAVA_OPTION_VARIABLES = (
     "SPARK_SUBMIT_OPTS",
@@ -229,15 +238,16 @@ def driver_submit_opts(
     master: str, settings: Iterable[str], env: Mapping[str, str], short_run: bool = False
 ) -> Optional[str]:
     """SPARK_SUBMIT_OPTS for a driver JVM of master started with env: when the driver runs the tasks,
-    THROUGHPUT_GC added unless a collector is chosen already, METASPACE_THRESHOLD unless one is set, and for a
-    short run (a small input) QUICK_JIT unless the JIT compilers are chosen already; None when nothing is added.
+    THROUGHPUT_GC added unless a collector is chosen already, METASPACE_THRESHOLD unless one is set, and unless the
+    JIT compilers are chosen or tuned already QUICK_JIT for a short run (a small input), LATE_C2 for any other;
+    None when nothing is added.
     settings: the other texts the driver's options may come from (the session's Spark settings, spark-submit's
     arguments).
 
     A JVM given two collectors does not start, so a collector chosen anywhere the driver's Java options come
     from wins: SPARK_SUBMIT_OPTS, the JVM's own option variables, settings, and the driver options of
-    spark-defaults.conf; so do a metaspace threshold and a choice of compilers. Other masters' drivers run no
-    tasks and keep Java's choices; their executors' are the cluster's.
+    spark-defaults.conf; so do a metaspace threshold and a choice or tuning of the compilers. Other masters'
+    drivers run no tasks and keep Java's choices; their executors' are the cluster's.
     """
     if not driver_runs_tasks(master):
         return None
@@ -248,7 +258,7 @@ def driver_submit_opts(
 
     added = [THROUGHPUT_GC] if unset(_CHOOSES_A_COLLECTOR) else []
     added += [METASPACE_THRESHOLD] if unset(_SETS_THE_METASPACE_THRESHOLD) else []
-    added += [QUICK_JIT] if short_run and unset(_CHOOSES_A_COMPILER) else []
+    added += [QUICK_JIT if short_run else LATE_C2] if unset(_CHOOSES_THE_COMPILERS) else []
     if not added:
         return None
     return " ".join([env.get("SPARK_SUBMIT_OPTS", ""), *added]).strip()
