@@ -158,8 +158,23 @@ def _build_validated(
     try:
         content = [c for c in v.clean.columns if c != ROW_ID]
         texts = [s.name for s in v.features if s.type == "string"]
-        steps.begin("count rows")
         clean = assign_splits(v.clean, cfg)
+        numbers = featurize.number_inputs(v.features) if featurize.needs_pipeline(v.features) else None
+        statistics_of = functools.partial(
+            column_statistics,
+            label=cfg.label,
+            specs=v.features,
+            numbers=numbers,
+            medians=cfg.featurize.impute == "median",
+            rows=v.rows_clean,
+        )
+        # The statistics (the profile's, and the train split's the feature pipeline is built from) need only the
+        # split rows: their aggregate runs beside the counts', and again on the rows that remain where the
+        # duplicates' removal or renumbering replaces them.
+        counted = clean
+        statistics_job = steps.beside("statistics", functools.partial(statistics_of, counted), rows=v.rows_clean)
+        beside.append(statistics_job)
+        steps.begin("count rows")
         counts = _row_counts(clean, cfg, texts, content, v.rows_clean)
         steps.done("count rows", v.rows_clean)
         duplicates = 0
@@ -193,12 +208,14 @@ def _build_validated(
 
         steps.begin("featurize")
         label_scale = _label_scale(clean, cfg) if cfg.task == "regression" else None
-        fitted = statistics = None
-        if featurize.needs_pipeline(v.features):
-            # The profile's statistics, and the train split's the feature pipeline is built from.
-            numbers = featurize.number_inputs(v.features)
-            medians = cfg.featurize.impute == "median"
-            statistics = column_statistics(clean, cfg.label, v.features, numbers, medians, v.rows_clean)
+        fitted = None
+        if clean is counted:
+            statistics = statistics_job.result()
+        else:
+            _stop(statistics_job)
+            beside.remove(statistics_job)
+            statistics = statistics_of(clean)
+        if numbers is not None:
             train = clean.where(F.col(SPLIT) == "train")
             fitted = featurize.fit_feature_pipeline(train, v.features, cfg.featurize, counts.categories, statistics)
         # The rest of the profile (its distinct counts, a vector's statistics) in a job beside the writes.
@@ -451,13 +468,16 @@ class _Steps:
         seconds, self._last = now - self._last, now
         self._record(name, rows, seconds, self._jobs(self._job.group) - self._jobs_before)
 
-    def beside(self, name: str, action: Callable[[], int | None]) -> BackgroundJob:
-        """Runs action (which returns its rows, or None) in the background as step `name`."""
+    def beside(self, name: str, action: Callable[[], Any], rows: int | None = None) -> BackgroundJob:
+        """Runs action in the background as step `name`; the job's result is the action's value. The step's
+        rows: `rows`, or else the action's value (its rows, or None)."""
 
-        def step() -> None:
+        def step() -> Any:
             started = time.time()
-            rows = action()
-            self._record(name, rows or 0, time.time() - started, self._jobs(current_group(self._sc)))
+            value = action()
+            counted = rows if rows is not None else value or 0
+            self._record(name, counted, time.time() - started, self._jobs(current_group(self._sc)))
+            return value
 
         return BackgroundJob(self._sc, step, f"prepare: {name}")
 

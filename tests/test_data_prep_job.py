@@ -44,9 +44,12 @@ def test_digits_manifest(digits):
     assert m["profile"] == "profile.json" and len(m["fingerprint"]) == 32 and m["created"].endswith("+00:00")
 
 
-def test_python_workers_start_beside_the_steps_before_the_write(digits):
+def test_python_workers_start_and_the_statistics_run_beside_the_steps_before_the_write(digits):
     steps = {s["step"]: s for s in digits.steps}
     assert steps["start workers"]["jobs"] == 1 and steps["write splits"]["jobs"] == 1
+    # The statistics' aggregate ran beside the counts, once: featurize used its result and ran no job.
+    assert steps["statistics"]["jobs"] >= 1 and steps["statistics"]["rows"] == 1797
+    assert steps["featurize"]["jobs"] == 0
 
 
 def test_digits_files_on_disk(digits):
