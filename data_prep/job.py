@@ -160,20 +160,22 @@ def _build_validated(
         texts = [s.name for s in v.features if s.type == "string"]
         clean = assign_splits(v.clean, cfg)
         numbers = featurize.number_inputs(v.features) if featurize.needs_pipeline(v.features) else None
-        statistics_of = functools.partial(
-            column_statistics,
-            label=cfg.label,
-            specs=v.features,
-            numbers=numbers,
-            medians=cfg.featurize.impute == "median",
-            rows=v.rows_clean,
-        )
-        # The statistics (the profile's, and the train split's the feature pipeline is built from) need only the
-        # split rows: their aggregate runs beside the counts', and again on the rows that remain where the
-        # duplicates' removal or renumbering replaces them.
-        counted = clean
-        statistics_job = steps.beside("statistics", functools.partial(statistics_of, counted), rows=v.rows_clean)
-        beside.append(statistics_job)
+        medians = cfg.featurize.impute == "median"
+
+        def statistics_beside(split_rows) -> BackgroundJob:
+            """The statistics of split_rows (the profile's, and the train split's the feature pipeline is built
+            from) in a job beside the steps."""
+            job = steps.beside(
+                "statistics",
+                lambda: column_statistics(split_rows, cfg.label, v.features, numbers, medians, v.rows_clean),
+                rows=v.rows_clean,
+            )
+            beside.append(job)
+            return job
+
+        # The statistics need only the split rows: their aggregate runs beside the counts', and again beside the
+        # recount of the rows that remain where the duplicates' removal or renumbering replaces them.
+        statistics_job = statistics_beside(clean)
         steps.begin("count rows")
         counts = _row_counts(clean, cfg, texts, content, v.rows_clean)
         steps.done("count rows", v.rows_clean)
@@ -195,6 +197,9 @@ def _build_validated(
                         held = copy_offsets(groups, content).persist(StorageLevel.MEMORY_AND_DISK)
                         unique = numbered_copies(held, content)
                     clean = assign_splits(unique, cfg)
+                    _stop(statistics_job)
+                    beside.remove(statistics_job)
+                    statistics_job = statistics_beside(clean)
                     counts = _row_counts(clean, cfg, texts)
             finally:
                 groups.unpersist()
@@ -209,19 +214,16 @@ def _build_validated(
         steps.begin("featurize")
         label_scale = _label_scale(clean, cfg) if cfg.task == "regression" else None
         fitted = None
-        if clean is counted:
-            statistics = statistics_job.result()
-        else:
-            _stop(statistics_job)
-            beside.remove(statistics_job)
-            statistics = statistics_of(clean)
-        if numbers is not None:
+        if numbers is not None:  # only the feature pipeline waits for the statistics; the profile's job gets them
             train = clean.where(F.col(SPLIT) == "train")
-            fitted = featurize.fit_feature_pipeline(train, v.features, cfg.featurize, counts.categories, statistics)
+            fitted = featurize.fit_feature_pipeline(
+                train, v.features, cfg.featurize, counts.categories, statistics_job.result()
+            )
         # The rest of the profile (its distinct counts, a vector's statistics) in a job beside the writes.
         beside.append(
             steps.beside(
-                "profile", lambda: write_profile(profile(clean, cfg.label, v.features, counts.classes, statistics))
+                "profile",
+                lambda: write_profile(profile(clean, cfg.label, v.features, counts.classes, statistics_job.result())),
             )
         )
         encode = featurize.BatchFeatures(v.features, fitted.recipe) if fitted is not None else None
