@@ -78,8 +78,9 @@ def test_a_dead_rank_waits_for_its_stderr_tail_then_spark_reruns_the_stage():
         "barrier stage of 2 ranks, attempt 1 of 4: rank 1 on host 10.0.0.2 died without raising an error"
     )
     assert waiting.logs[0][1].endswith("; Spark reruns the stage")
+    assert not waiting.rerun  # the new attempt's ranks wait for the tail too
     later = _look(3.1, memory=waiting.memory, lost={1: WALL}, stderr_tails={1: ["Killed"]})
-    assert later.error is None and later.logs == ()  # logged once; retried, not failed
+    assert later.error is None and later.logs == () and later.rerun  # logged once; retried, not failed
 
 
 def test_a_dead_rank_is_the_cause_even_when_its_peer_reported_first():

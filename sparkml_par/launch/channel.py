@@ -10,7 +10,9 @@ address, and the cluster's task slots now (so ranks running on fewer slots than 
 
 When Spark retries a failed barrier stage, the new attempt's ranks connect to the same channel. Task
 attempt ids only grow, so a "started" with an id above every id of a failed attempt begins the next
-attempt with a fresh status, and late messages of the failed attempt's connections are dropped.
+attempt with a fresh status, and late messages of the failed attempt's connections are dropped. Such a
+rank waits for its answer until the supervisor has decided on the failed attempt: it runs on when the
+failure calls for another attempt, and is turned away when the launch ends instead.
 """
 
 from __future__ import annotations
@@ -100,6 +102,9 @@ class DriverChannel:
         self._rendezvous_address: list | None = None
         self._rendezvous_known = threading.Event()
         self._previous_stderr_tails: dict[int, list[str]] = {}
+        self._reruns_admitted: set[int] = set()  # failed attempts the supervisor lets Spark run again
+        self._reruns_refused = False
+        self._decided = threading.Condition(self._lock)
         self._server = _Server((host, 0), _handler_for(self))
         self.address = self._server.server_address[:2]
         self._closed_down = False
@@ -118,11 +123,24 @@ class DriverChannel:
             records, self._progress = self._progress, []
         return records
 
+    def admit_rerun(self, attempt: int) -> None:
+        """The supervisor's word that failed attempt `attempt` may run again: the new attempt's ranks go on."""
+        with self._decided:
+            self._reruns_admitted.add(attempt)
+            self._decided.notify_all()
+
+    def refuse_reruns(self) -> None:
+        """The launch is over: the ranks of an attempt Spark starts from now on are turned away."""
+        with self._decided:
+            self._reruns_refused = True
+            self._decided.notify_all()
+
     def close(self) -> None:
         """Stops listening; called again, does nothing."""
         if self._closed_down:
             return
         self._closed_down = True
+        self.refuse_reruns()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join()
@@ -153,6 +171,20 @@ class DriverChannel:
     def _wait_for_rendezvous(self, timeout: float, task_id: int) -> list | None:
         self._rendezvous_known.wait(timeout)
         return None if task_id < self._stale_below else self._rendezvous_address
+
+    def _admit(self, task_id: int) -> bool:
+        """Whether a rank that says it started may run. A rank of the attempt Spark starts after a failure
+        waits here for the supervisor's decision on the failed attempt."""
+        with self._decided:
+            while (
+                self._status.failed
+                and self._status.attempt < self._attempts
+                and task_id > self._attempt_max_task_id
+                and self._status.attempt not in self._reruns_admitted
+                and not self._reruns_refused
+            ):
+                self._decided.wait()
+            return not self._reruns_refused
 
     def _start_next_attempt(self, task_id: int) -> None:
         """Called with the lock held when a rank of a new stage attempt says it started."""
@@ -225,8 +257,12 @@ def _handler_for(channel: DriverChannel):
                     continue
                 rank = int(message.get("rank", rank))
                 task_id = int(message.get("task_id", task_id))
-                started = started or message.get("type") == "started"
-                if message.get("type") == "await_rendezvous":
+                if message.get("type") == "started":
+                    started = channel._admit(task_id)
+                    if started:
+                        channel._receive(message, task_id)
+                    self._answer({"admitted": started})
+                elif message.get("type") == "await_rendezvous":
                     address = channel._wait_for_rendezvous(float(message.get("timeout", 60)), task_id)
                     self._answer({"address": address})
                 elif message.get("type") == "slots":
@@ -271,6 +307,16 @@ class RankChannel:
                 self._sock.sendall(message.encode("utf-8"))
             except OSError:
                 self._sock = None
+
+    def start(self, timeout: float, **payload: Any) -> bool:
+        """Says the rank started; False when the driver turns it away (its launch ended). A rank of a stage
+        attempt Spark runs after a failure waits here until the driver has decided to run it."""
+        if self._sock is None:
+            return True
+        try:
+            return bool(self._ask("started", timeout, **payload).get("admitted", True))
+        except (OSError, ValueError):
+            return True
 
     def await_rendezvous(self, timeout: float) -> tuple[str, int]:
         """Rank 0's rendezvous address, relayed by the driver once rank 0 has published it."""

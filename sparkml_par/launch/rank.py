@@ -92,7 +92,9 @@ def run_rank(
     global _current
     slot = plan[task]
     channel = RankChannel(spec.channel_address, spec.token, slot.rank)
-    channel.send("started", host=slot.host, task=slot.task, pid=os.getpid(), task_id=task_id)
+    if not channel.start(spec.timeout, host=slot.host, task=slot.task, pid=os.getpid(), task_id=task_id):
+        channel.close()
+        raise RuntimeError(f"rank {slot.rank}: the driver ended the launch before this stage attempt could run")
     native_stderr = NativeStderr(spec.channel_address, spec.token, slot.rank, task_id)
     saved_env = dict(os.environ)
     saved_streams = sys.stdout, sys.stderr

@@ -4,7 +4,8 @@ Both launchers (barrier stage, local processes) hand the supervisor a job it can
 rank events arrive on the channel. The first failed rank wins: its error and remote traceback become
 the driver's error, and the job is cancelled so no rank is left waiting in a collective. A rank
 process that died is the one failure a new attempt can cure: while attempts remain, the supervisor
-lets Spark rerun the stage instead of cancelling it.
+lets Spark rerun the stage instead of cancelling it. The ranks of a rerun wait at the channel until the
+supervisor has decided so, so a rerun that is not wanted never reaches the user's function.
 """
 
 from __future__ import annotations
@@ -81,13 +82,15 @@ class Memory:
 
 @dataclasses.dataclass(frozen=True)
 class Decision:
-    """What to do after one look: log these lines, and fail with `error` (cancelling the job) when set."""
+    """What to do after one look: log these lines, and fail with `error` (cancelling the job) when set, or
+    admit the ranks of Spark's rerun of the failed stage attempt when `rerun`."""
 
     memory: Memory
     logs: tuple[tuple[int, str], ...] = ()
     error: LaunchError | None = None
     # A failed rank's job is cancelled and given a moment to stop before the error is raised.
     wait_after_cancel: bool = False
+    rerun: bool = False
 
 
 def supervise(
@@ -114,15 +117,17 @@ def supervise(
             decision = decide(snapshot, decision.memory, limits, time.monotonic(), time.time(), slots)
             for level, line in decision.logs:
                 log.log(level, "%s", line)
+            if decision.rerun:
+                channel.admit_rerun(snapshot.status.attempt)
     except KeyboardInterrupt:
         log.warning("%s: interrupted, cancelling the ranks", limits.what)
-        job.cancel()
+        _stop(job, channel)
         raise
     except BaseException:  # the progress callback's own error: no rank is left running
-        job.cancel()
+        _stop(job, channel)
         raise
     if decision.error is not None:
-        job.cancel()
+        _stop(job, channel)
         if decision.wait_after_cancel:
             job.wait(10)
         raise decision.error
@@ -141,6 +146,12 @@ def supervise(
         ) from exc
 
 
+def _stop(job: Job, channel: DriverChannel) -> None:
+    """Cancels the job, and turns away the ranks of a stage attempt Spark may have started meanwhile."""
+    job.cancel()
+    channel.refuse_reruns()
+
+
 def decide(
     snapshot: ChannelSnapshot, memory: Memory, limits: Limits, now: float, wall_time: float, slots: int | None
 ) -> Decision:
@@ -153,11 +164,11 @@ def decide(
     logged, failed_since = set(memory.logged), dict(memory.failed_since)
     logs: list[tuple[int, str]] = []
 
-    def decision(error: LaunchError | None = None, wait_after_cancel: bool = False) -> Decision:
+    def decision(error: LaunchError | None = None, wait_after_cancel: bool = False, rerun: bool = False) -> Decision:
         remembered = dataclasses.replace(
             memory, logged=frozenset(logged), failed_since=tuple(sorted(failed_since.items()))
         )
-        return Decision(remembered, tuple(logs), error, wait_after_cancel)
+        return Decision(remembered, tuple(logs), error, wait_after_cancel, rerun)
 
     if status.failed:
         retrying = status.retryable() and status.attempt < limits.attempts
@@ -182,7 +193,7 @@ def decide(
             else None
         )
         if retrying and not repeated and shrunk is None:
-            return decision()
+            return decision(rerun=True)
         return decision(_failure_error(status, limits.attempts, repeated, shrunk), wait_after_cancel=True)
     if ("initialized", status.attempt) not in logged and len(status.initialized) == num_proc:
         hosts = sorted(set(status.hosts.values()))
