@@ -18,9 +18,9 @@ def prepare_dataset(
     """(dataset URL, manifest) of a synthetic dataset under workdir/name, written once and then reused."""
     from data_prep.job import prepare
     from data_prep.manifest import read_manifest
-    from sparkml_par import storage
     from sparkml_par.config import load_config
     from sparkml_par.contract import MANIFEST
+    from sparkml_par.io import hadoop
 
     cfg = load_config(
         None,
@@ -43,7 +43,7 @@ def prepare_dataset(
         # The synthetic source only knows flat features; the CNN needs [C, H, W] from the manifest.
         manifest = dict(manifest, feature_shape=feature_shape)
         manifest_url = f"{url}/{MANIFEST}"
-        storage.write_json(storage.HadoopFs(spark, manifest_url), manifest_url, manifest)
+        hadoop.write_json(hadoop.HadoopFs(spark, manifest_url), manifest_url, manifest)
     return url, read_manifest(spark, url)
 
 
