@@ -337,10 +337,18 @@ class RankChannel:
             return None
 
     def _ask(self, kind: str, wait: float, **payload: Any) -> dict:
-        """Sends a question and reads the driver's one-line answer (the main thread's; one at a time)."""
+        """Sends a question and reads the driver's one-line answer, {} once the channel is lost (the main
+        thread's; one at a time). Only the answer is waited for that long: sends keep their own timeout."""
         self.send(kind, **payload)
-        self._sock.settimeout(wait)
-        return json.loads(self._sock.makefile("rb").readline() or b"{}")
+        sock = self._sock
+        if sock is None:
+            return {}
+        timeout = sock.gettimeout()
+        sock.settimeout(wait)
+        try:
+            return json.loads(sock.makefile("rb").readline() or b"{}")
+        finally:
+            sock.settimeout(timeout)
 
     def close(self) -> None:
         with self._lock:
