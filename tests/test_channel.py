@@ -27,21 +27,22 @@ def _failed_first_attempt(channel: DriverChannel) -> RankChannel:
     return survivor
 
 
-def _start_in_background(channel: DriverChannel, rank: int, task_id: int) -> tuple[threading.Thread, list[bool]]:
+def _start_in_background(channel: DriverChannel, rank: int, task_id: int):
+    """(the rank's channel, kept open by the caller; the thread asking to start; the answers it got)."""
     answers: list[bool] = []
     rank_channel = RankChannel(channel.address, channel.token, rank)
     thread = threading.Thread(
         target=lambda: answers.append(rank_channel.start(30.0, host="127.0.0.1", task=rank, pid=0, task_id=task_id))
     )
     thread.start()
-    return thread, answers
+    return rank_channel, thread, answers
 
 
 @pytest.mark.parametrize("decision", ["rerun", "end"])
 def test_a_rank_of_the_next_attempt_waits_for_the_decision_on_the_failed_one(decision):
     with DriverChannel("127.0.0.1", attempts=4) as channel:
         survivor = _failed_first_attempt(channel)
-        thread, answers = _start_in_background(channel, 0, 12)
+        rank_channel, thread, answers = _start_in_background(channel, 0, 12)
         thread.join(timeout=1.0)
         assert thread.is_alive() and answers == []  # held: the supervisor has not decided
         assert channel.snapshot().status.attempt == 1 and 1 in channel.snapshot().status.lost
@@ -57,6 +58,7 @@ def test_a_rank_of_the_next_attempt_waits_for_the_decision_on_the_failed_one(dec
         else:
             assert answers == [False]
             assert status.attempt == 1 and status.lost.keys() == {1}
+        rank_channel.close()
         survivor.close()
 
 
