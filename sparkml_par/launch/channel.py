@@ -177,23 +177,20 @@ class DriverChannel:
         waits here for the supervisor's decision on the failed attempt."""
         with self._decided:
             while (
-                self._status.failed
-                and self._status.attempt < self._attempts
-                and task_id > self._attempt_max_task_id
+                self._after_failed_attempt(task_id)
                 and self._status.attempt not in self._reruns_admitted
                 and not self._reruns_refused
             ):
                 self._decided.wait()
             return not self._reruns_refused
 
+    def _after_failed_attempt(self, task_id: int) -> bool:
+        """With the lock held: task_id belongs to a stage attempt after the failed one, and attempts are left."""
+        return self._status.failed and self._status.attempt < self._attempts and task_id > self._attempt_max_task_id
+
     def _start_next_attempt(self, task_id: int) -> None:
         """Called with the lock held when a rank of a new stage attempt says it started."""
-        if (
-            self._status.failed
-            and self._status.retryable()
-            and self._status.attempt < self._attempts
-            and task_id > self._attempt_max_task_id
-        ):
+        if self._after_failed_attempt(task_id) and self._status.retryable():
             self._stale_below = self._attempt_max_task_id + 1
             self._previous_stderr_tails = dict(self._status.stderr_tails)
             self._status = RankStatus(attempt=self._status.attempt + 1)
