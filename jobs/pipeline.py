@@ -8,9 +8,7 @@ must be importable on the executors: install it there (`pip install .` into the 
 ship it with `--py-files` (a zip of sparkml_par/ and data_prep/). Exits 2 on a user error.
 """
 
-import sys
-
-from sparkml_par.cli import run_job
+from sparkml_par.cli import exit_with, run_job
 
 if __name__ == "__main__":
-    sys.exit(run_job("run"))
+    exit_with(run_job("run"))

@@ -7,9 +7,7 @@
 spark-submit created is reused; spark.master in the config is then ignored. Exits 2 on a user error.
 """
 
-import sys
-
-from sparkml_par.cli import run_job
+from sparkml_par.cli import exit_with, run_job
 
 if __name__ == "__main__":
-    sys.exit(run_job("prepare"))
+    exit_with(run_job("prepare"))

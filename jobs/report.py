@@ -11,9 +11,7 @@ outputs on the driver, so they must be local or mounted paths there. It writes
 output.run_dir/report/index.html and prints its path. Exits 2 on a user error.
 """
 
-import sys
-
-from sparkml_par.cli import run_job
+from sparkml_par.cli import exit_with, run_job
 
 if __name__ == "__main__":
-    sys.exit(run_job("report"))
+    exit_with(run_job("report"))

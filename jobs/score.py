@@ -10,9 +10,7 @@ The session spark-submit created is reused; spark.master in the config is then i
 user error (missing model, input or columns, incompatible schema).
 """
 
-import sys
-
-from sparkml_par.cli import run_job
+from sparkml_par.cli import exit_with, run_job
 
 if __name__ == "__main__":
-    sys.exit(run_job("score"))
+    exit_with(run_job("score"))

@@ -8,9 +8,7 @@ train.output must be a directory the driver and the rank-0 executor share. Exits
 1 on any other failure.
 """
 
-import sys
-
-from sparkml_par.cli import run_job
+from sparkml_par.cli import exit_with, run_job
 
 if __name__ == "__main__":
-    sys.exit(run_job("train"))
+    exit_with(run_job("train"))

@@ -8,9 +8,7 @@ directory the driver and the executors share; running the job again with it cont
 Exits 2 on a user error (or when no trial completed), 1 on any other failure.
 """
 
-import sys
-
-from sparkml_par.cli import run_job
+from sparkml_par.cli import exit_with, run_job
 
 if __name__ == "__main__":
-    sys.exit(run_job("tune"))
+    exit_with(run_job("tune"))

@@ -170,10 +170,14 @@ def test_console_entry_point_in_a_fresh_interpreter(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "sparkml_par.cli", "config", str(missing)], capture_output=True, text=True, cwd=REPO
     )
-    assert proc.returncode == 2
-    assert proc.stderr == (
-        f"error: config file {str(missing)!r} does not exist; pass a YAML file such as conf/quickstart.yaml\n"
-    )
+    message = f"error: config file {str(missing)!r} does not exist; pass a YAML file such as conf/quickstart.yaml\n"
+    assert proc.returncode == 2 and proc.stderr == message
+    # The installed command ends the same way.
+    installed = Path(sys.executable).parent / "sparkml-par"
+    proc = subprocess.run([str(installed), "config", str(missing)], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 2 and proc.stderr == message
+    version = subprocess.run([str(installed), "--version"], capture_output=True, text=True, cwd=REPO)
+    assert version.returncode == 0 and __version__ in version.stdout
     probe = (
         "import sys; from sparkml_par.cli import main; main(['config', '--reference']); "
         "print(sorted(m for m in ('torch', 'pyspark', 'horovod', 'sparkml_par.smoke') if m in sys.modules), "
