@@ -131,8 +131,6 @@ def _score_job(spark, cfg: Config, step: JobName) -> ScoreResult:
         seconds = time.monotonic() - started
         step.rename("score: evaluate")
         written = spark.read.parquet(staging)  # evaluate what was written: the model does not run again
-        rows = written.count()
-        log.info("scored %d rows in %.1f s (%.0f rows/s)", rows, seconds, rows / max(seconds, 1e-9))
         evaluation = (
             metrics.evaluate(
                 written, label, description["task"], int(description["num_classes"] or 0), description.get("classes")
@@ -140,6 +138,9 @@ def _score_job(spark, cfg: Config, step: JobName) -> ScoreResult:
             if label
             else None
         )
+        # The evaluation's aggregate counts every row, labelled or not; without a label the rows are counted alone.
+        rows = evaluation["rows_evaluated"] + evaluation["rows_unlabelled"] if evaluation else written.count()
+        log.info("scored %d rows in %.1f s (%.0f rows/s)", rows, seconds, rows / max(seconds, 1e-9))
         publish.write_metrics_file(
             spark,
             staging,
