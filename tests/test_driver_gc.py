@@ -14,11 +14,13 @@ import pytest
 from data_prep.ingest import input_bytes
 from sparkml_par.config import DataConfig, SyntheticConfig
 from sparkml_par.spark_runtime.session import (
+    COMPILER_DIRECTIVES,
     LATE_C2,
     METASPACE_THRESHOLD,
     QUICK_JIT,
     SHORT_RUN_INPUT_BYTES,
     THROUGHPUT_GC,
+    diagnostic_command,
     driver_submit_opts,
 )
 from sparkml_par.submit import submit_environment
@@ -149,6 +151,20 @@ def test_the_tests_session_started_without_an_input_size_compiles_tiered_with_c2
     arguments = _jvm_arguments(spark)
     assert QUICK_JIT not in arguments
     assert set(LATE_C2.split()) <= set(arguments)
+
+
+def test_a_driver_with_c2s_thresholds_raised_keeps_sparks_per_query_code_from_c2(spark):
+    """The directives are in the JVM's stack: their classes, in the JVM's notation, with C2 excluded."""
+    (directives,) = json.loads(COMPILER_DIRECTIVES.read_text())
+    assert directives["c2"] == {"Exclude": True} and "org.antlr.*::*" in directives["match"]
+    printed = diagnostic_command(spark.sparkContext, "compilerDirectivesPrint")
+    ours = next(block for block in printed.split("Directive:") if "org/antlr/*.*" in block)
+    matching = ours.split("matching:")[1].splitlines()[0]
+    assert sorted(p.strip() for p in matching.split(",")) == sorted(
+        p.replace(".", "/").replace("::", ".") for p in directives["match"]
+    )
+    c1, c2 = ours.split("c1 directives:")[1].split("c2 directives:")
+    assert "Exclude:true" in c2 and "Exclude:false" in c1
 
 
 # A session for an input of 1 kB, then the JVM's arguments.

@@ -162,6 +162,7 @@ def get_or_create_session(
         session = builder.getOrCreate()
     require_classic_session(session, "sparkml_par")
     _configure_driver_log(session, log_file)
+    _keep_per_query_code_at_c1(session.sparkContext)
     return session, True
 
 
@@ -213,12 +214,16 @@ _SETS_THE_METASPACE_THRESHOLD = re.compile(r"-XX:MetaspaceSize=")
 # compiles with C1 alone; on more, C2's code wins, but only where it runs long: at Java's thresholds C2 also
 # compiles what Spark runs a few thousand times per query (planning, code generation, task deserialization), about
 # half the driver's CPU time in a prepare. LATE_C2 raises C2's thresholds tenfold, so its compiles wait for
-# code that runs on (see docs/performance.md).
+# code that runs on. Of what C2 still compiled, the longest compiles were of code Spark runs per query and never
+# per row: Java's object streams (tasks, closures), ANTLR (SQL parsing), Janino (compiling the generated code)
+# and ASM (closure cleaning, lambda classes). A driver started with LATE_C2 keeps them at C1's code, as
+# COMPILER_DIRECTIVES lists them (see docs/performance.md).
 QUICK_JIT = "-XX:TieredStopAtLevel=1"
 LATE_C2 = (
     "-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocationThreshold=6000 "
     "-XX:Tier4CompileThreshold=150000 -XX:Tier4BackEdgeThreshold=400000"
 )
+COMPILER_DIRECTIVES = Path(__file__).with_name("driver_compiler_directives.json")
 SHORT_RUN_INPUT_BYTES = 8 * 1024 * 1024
 _CHOOSES_THE_COMPILERS = re.compile(
     r"-XX:(TieredStopAtLevel=|[+-]TieredCompilation\b|CompilationMode=|CompileThresholdScaling=|Tier4\w*Threshold=)"
@@ -262,6 +267,46 @@ def driver_submit_opts(
     if not added:
         return None
     return " ".join([env.get("SPARK_SUBMIT_OPTS", ""), *added]).strip()
+
+
+def _keep_per_query_code_at_c1(sc) -> None:
+    """Adds COMPILER_DIRECTIVES to a driver JVM that runs with LATE_C2, through its diagnostic command
+    Compiler.directives_add: the same directives given as a JVM option announce themselves on the driver's
+    standard output."""
+    from py4j.protocol import Py4JError
+
+    arguments = sc._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()
+    if not set(LATE_C2.split()) <= set(arguments):
+        return
+    try:
+        answer = diagnostic_command(sc, "compilerDirectivesAdd", str(COMPILER_DIRECTIVES))
+    except Py4JError as exc:  # a JVM without HotSpot's diagnostic commands compiles as it would have
+        log.debug("the driver JVM took no compiler directives: %s", exc)
+        return
+    log.debug("the driver JVM: %s", answer.strip())
+
+
+def diagnostic_command(sc, operation: str, *arguments: str) -> str:
+    """The driver JVM's answer to one of its diagnostic commands, named as its MBean names them
+    (compilerDirectivesAdd for jcmd's Compiler.directives_add). MBeanServer.invoke is called through the
+    exported interface's Method: Py4J looks methods up on the server's own class, which Java does not export."""
+    jvm, gateway = sc._jvm, sc._gateway
+
+    def array(kind, items: Sequence) -> Any:
+        made = gateway.new_array(kind, len(items))
+        for i, item in enumerate(items):
+            made[i] = item
+        return made
+
+    load = jvm.java.lang.Class.forName
+    signature = ("javax.management.ObjectName", "java.lang.String", "[Ljava.lang.Object;", "[Ljava.lang.String;")
+    classes = array(jvm.java.lang.Class, [load(name) for name in signature])
+    invoke = load("javax.management.MBeanServer").getMethod("invoke", classes)
+    server = jvm.java.lang.management.ManagementFactory.getPlatformMBeanServer()
+    command = jvm.javax.management.ObjectName("com.sun.management:type=DiagnosticCommand")
+    parameters = [array(jvm.java.lang.Object, [array(jvm.java.lang.String, list(arguments))])]
+    call = [command, operation, *parameters, array(jvm.java.lang.String, ["[Ljava.lang.String;"])]
+    return invoke.invoke(server, array(jvm.java.lang.Object, call))
 
 
 def _spark_defaults_options(env: Mapping[str, str]) -> list[str]:
