@@ -167,6 +167,28 @@ def test_a_driver_with_c2s_thresholds_raised_keeps_sparks_per_query_code_from_c2
     assert "Exclude:true" in c2 and "Exclude:false" in c1
 
 
+# Three sessions, one after another, in one driver JVM: how many times its directive stack then holds ours.
+_SESSIONS_IN_ONE_JVM = """
+from sparkml_par.config import SparkConfig
+from sparkml_par.spark_runtime.session import diagnostic_command, get_or_create_session
+
+for _ in range(3):
+    spark, _ = get_or_create_session(SparkConfig(master="local[1]"))
+    printed = diagnostic_command(spark.sparkContext, "compilerDirectivesPrint")
+    spark.stop()
+print(printed.count("org/antlr/*.*"))
+"""
+
+
+def test_later_sessions_in_the_same_driver_jvm_add_the_directives_once():
+    env = {key: value for key, value in os.environ.items() if key not in ("SPARK_CONF_DIR", "SPARK_SUBMIT_OPTS")}
+    done = subprocess.run(
+        [sys.executable, "-c", _SESSIONS_IN_ONE_JVM], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines()[-1] == "1"
+
+
 # A session for an input of 1 kB, then the JVM's arguments.
 _SMALL_INPUT_SESSION = """
 import json

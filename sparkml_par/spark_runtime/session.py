@@ -224,6 +224,8 @@ LATE_C2 = (
     "-XX:Tier4CompileThreshold=150000 -XX:Tier4BackEdgeThreshold=400000"
 )
 COMPILER_DIRECTIVES = Path(__file__).with_name("driver_compiler_directives.json")
+# Set in a driver JVM that holds COMPILER_DIRECTIVES: a later session in the same JVM does not add them again.
+_DIRECTIVES_PROPERTY = "sparkml_par.compiler_directives"
 SHORT_RUN_INPUT_BYTES = 8 * 1024 * 1024
 _CHOOSES_THE_COMPILERS = re.compile(
     r"-XX:(TieredStopAtLevel=|[+-]TieredCompilation\b|CompilationMode=|CompileThresholdScaling=|Tier4\w*Threshold=)"
@@ -270,11 +272,14 @@ def driver_submit_opts(
 
 
 def _keep_per_query_code_at_c1(sc) -> None:
-    """Adds COMPILER_DIRECTIVES to a driver JVM that runs with LATE_C2, through its diagnostic command
+    """Adds COMPILER_DIRECTIVES, once, to a driver JVM that runs with LATE_C2, through its diagnostic command
     Compiler.directives_add: the same directives given as a JVM option announce themselves on the driver's
-    standard output."""
+    standard output. Each add pushes the directives on the JVM's stack again, so the JVM is marked."""
     from py4j.protocol import Py4JError
 
+    system = sc._jvm.java.lang.System
+    if system.getProperty(_DIRECTIVES_PROPERTY) is not None:
+        return
     arguments = sc._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()
     if not set(LATE_C2.split()) <= set(arguments):
         return
@@ -283,6 +288,7 @@ def _keep_per_query_code_at_c1(sc) -> None:
     except Py4JError as exc:  # a JVM without HotSpot's diagnostic commands compiles as it would have
         log.debug("the driver JVM took no compiler directives: %s", exc)
         return
+    system.setProperty(_DIRECTIVES_PROPERTY, str(COMPILER_DIRECTIVES))
     log.debug("the driver JVM: %s", answer.strip())
 
 
