@@ -395,6 +395,9 @@ def _quarantine(spark, v: Validated, cfg: DataConfig, staging: str, output: str,
     kept = f"{output}{REJECTED_SUFFIX}"
 
     def write() -> int:
+        if v.rows_in == v.rows_clean:  # nothing to read from the cached rows: no Spark job
+            hadoop.write_empty_parquet(spark, v.rejected.schema, url)
+            return 0
         v.rejected.write.parquet(url)
         return v.rows_in - v.rows_clean
 

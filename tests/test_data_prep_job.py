@@ -52,6 +52,16 @@ def test_python_workers_start_and_the_statistics_run_beside_the_steps_before_the
     assert steps["featurize"]["jobs"] == 0
 
 
+def test_an_input_without_rejected_rows_gets_an_empty_quarantine_of_the_rejected_rows_schema(spark, digits):
+    quarantine = spark.read.parquet(f"{digits.output}/quarantine")
+    assert quarantine.count() == 0
+    assert quarantine.schema.simpleString() == (
+        "struct<_row_id:bigint,features:string,label:string,_raw_record:string,_reject_reason:string>"
+    )
+    steps = {s["step"]: s for s in digits.steps}
+    assert steps["quarantine"]["rows"] == 0 and steps["quarantine"]["jobs"] == 0  # written without a Spark job
+
+
 def test_digits_files_on_disk(digits):
     root = Path(digits.output[len("file://") :])
     visible = sorted(p.name for p in root.iterdir() if not p.name.startswith("."))  # Hadoop adds .crc files

@@ -68,9 +68,12 @@ class HadoopFs:
         self._fs.delete(self.path(url), True)
 
     def write_text(self, url: str, text: str) -> None:
+        self.write_bytes(url, text.encode("utf-8"))
+
+    def write_bytes(self, url: str, data: bytes) -> None:
         stream = self._fs.create(self.path(url), True)
         try:
-            stream.write(bytearray(text.encode("utf-8")))
+            stream.write(bytearray(data))
         finally:
             stream.close()
 
@@ -84,6 +87,21 @@ class HadoopFs:
 
 def write_json(fs: HadoopFs, url: str, payload: dict[str, Any]) -> None:
     fs.write_text(url, json.dumps(payload, indent=2, sort_keys=False) + "\n")
+
+
+def write_empty_parquet(spark, schema, url: str) -> None:
+    """An empty Parquet dataset of a Spark schema at url, as Spark writes a DataFrame without rows (one file
+    of the schema), written from the driver: a Spark write would plan a query and run a job for no rows."""
+    import io
+
+    import pyarrow.parquet as pq
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    buffer = io.BytesIO()
+    pq.write_table(to_arrow_schema(schema).empty_table(), buffer)
+    fs = HadoopFs(spark, url)
+    fs.mkdirs(url)
+    fs.write_bytes(f"{url}/part-00000.parquet", buffer.getvalue())
 
 
 def clear_leftovers(spark, output_url: str) -> None:
