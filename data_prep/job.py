@@ -167,7 +167,7 @@ def _build_validated(
             from) in a job beside the steps."""
             job = steps.beside(
                 "statistics",
-                lambda: column_statistics(split_rows, cfg.label, v.features, numbers, medians, v.rows_clean),
+                lambda: column_statistics(split_rows, cfg.label, v.features, numbers, medians),
                 rows=v.rows_clean,
             )
             beside.append(job)

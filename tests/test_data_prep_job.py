@@ -511,15 +511,15 @@ def test_profile_names_any_column(spark):
 
 
 @pytest.mark.stack
-def test_profile_counts_distinct_values_alike_with_the_statistics_or_apart(spark):
-    """On many values the sketches leave the statistics' aggregate: the medians with the distinct counts in a
-    row of sketches, or without medians the distinct counts left to the profile. The same figures either way."""
+def test_statistics_give_the_profile_and_the_train_split_figures_with_medians_or_without(spark):
+    """The statistics of numbers, texts and a timestamp's parts: the profile's over every row (with distinct
+    counts), the train split's moments, and its medians only where asked for."""
     import datetime
 
     from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType, TimestampType
 
     from data_prep import featurize
-    from data_prep.profile import SKETCHES_APART_VALUES, column_statistics, profile
+    from data_prep.profile import column_statistics, profile
     from sparkml_par.config import ColumnSpec
 
     schema = StructType(
@@ -537,16 +537,25 @@ def test_profile_counts_distinct_values_alike_with_the_statistics_or_apart(spark
     specs = [ColumnSpec("x", "float"), ColumnSpec("s", "string"), ColumnSpec("t", "timestamp")]
     numbers = featurize.number_inputs(specs)
 
-    together = column_statistics(df, "y", specs, numbers, medians=True, rows=41)
-    apart = column_statistics(df, "y", specs, numbers, rows=SKETCHES_APART_VALUES)
-    medians_apart = column_statistics(df, "y", specs, numbers, medians=True, rows=SKETCHES_APART_VALUES)
+    with_medians = column_statistics(df, "y", specs, numbers, medians=True)
+    without = column_statistics(df, "y", specs, numbers)
 
-    assert together.distinct == {"y": 2, "x": 5, "s": 3, "t": 4} and apart.distinct is None
-    assert medians_apart.distinct == together.distinct and medians_apart.train == together.train
-    assert together.train[("x", None)] == (40, 2.0, pytest.approx(80 / 39), 2.0)
-    assert together.train[("t", "hour")][3] == 1.0 and apart.train[("x", None)][3] is None
-    assert profile(df, "y", specs, None, apart) == profile(df, "y", specs, None, together)
-    assert profile(df, "y", specs, None, together)["columns"]["t"] == {"nulls": 1, "distinct": 4}
+    assert with_medians.distinct == without.distinct == {"y": 2, "x": 5, "s": 3, "t": 4}
+    assert with_medians.rows == 41 and with_medians.train_rows == 40
+    assert with_medians.train[("x", None)] == (40, 2.0, pytest.approx(80 / 39), 2.0)
+    assert with_medians.train[("t", "hour")][3] == 1.0 and without.train[("x", None)][3] is None
+    assert without.train[("x", None)][:3] == with_medians.train[("x", None)][:3]
+    assert profile(df, "y", specs, None, without) == profile(df, "y", specs, None, with_medians)
+    assert profile(df, "y", specs, None, without)["columns"]["t"] == {"nulls": 1, "distinct": 4}
+    x = profile(df, "y", specs, None)["columns"]["x"]
+    assert x == {
+        "nulls": 1,
+        "min": 0.0,
+        "max": 4.0,
+        "mean": 2.0,
+        "stddev": pytest.approx((80 / 39) ** 0.5),
+        "distinct": 5,
+    }
 
 
 def test_profile_of_no_rows(spark):
