@@ -173,7 +173,7 @@ def _build_validated(
             beside.append(job)
             return job
 
-        # The statistics need only the split rows: their aggregate runs beside the counts', and again beside the
+        # The statistics need only the split rows: their job runs beside the counts', and again beside the
         # recount of the rows that remain where the duplicates' removal or renumbering replaces them.
         statistics_job = statistics_beside(clean)
         steps.begin("count rows")
@@ -219,7 +219,7 @@ def _build_validated(
             fitted = featurize.fit_feature_pipeline(
                 train, v.features, cfg.featurize, counts.categories, statistics_job.result()
             )
-        # The rest of the profile (its distinct counts, a vector's statistics) in a job beside the writes.
+        # The profile from the statistics (and a vector column's own aggregate) beside the writes.
         beside.append(
             steps.beside(
                 "profile",
