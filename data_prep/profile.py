@@ -103,7 +103,7 @@ def column_statistics(
     train = f"{SPLIT} = 'train'" if numbers is not None else "false"
     summed = summarize(
         df,
-        [quoted(name) for name in numeric] + [f"{part}({quoted(name)})" for name, part in parts],
+        [quoted(name) for name in numeric] + [_number_sql(name, part) for name, part in parts],
         [quoted(name) for name in strings],
         train,
     )
@@ -139,12 +139,17 @@ def column_statistics(
 def _medians(df, numbers: list[tuple[str, str | None]]) -> dict[tuple[str, str | None], float | None]:
     """The approximate median over the train split of each number (as `column_statistics` names them), from
     one aggregate of a row of Spark's quantile sketches (with Spark ML's Imputer's relative error, 0.001)."""
-    sketches = []
-    for name, part in numbers:
-        value = quoted(name) if part is None else f"{part}({quoted(name)})"
-        sketches.append(f"percentile_approx(CAST({value} AS DOUBLE), 0.5, 1000) FILTER (WHERE {SPLIT} = 'train')")
+    sketches = [
+        f"percentile_approx(CAST({_number_sql(name, part)} AS DOUBLE), 0.5, 1000) FILTER (WHERE {SPLIT} = 'train')"
+        for name, part in numbers
+    ]
     row = df.selectExpr(*[f"{sql} AS `{i}`" for i, sql in enumerate(sketches)]).first()
     return {number: row[i] for i, number in enumerate(numbers)}
+
+
+def _number_sql(name: str, part: str | None) -> str:
+    """The SQL of a number the feature pipeline reads: the column, or a part of a timestamp or date."""
+    return quoted(name) if part is None else f"{part}({quoted(name)})"
 
 
 def _vector_statistics(df, vectors: list[str]) -> dict[str, dict[str, Any]]:

@@ -89,13 +89,15 @@ class ColumnSummary:
             estimate = _REGISTERS * math.log(_REGISTERS / empty)
         return round(estimate)
 
+    def widen(self, low: float, high: float) -> None:
+        """Takes values from low to high into the bounds."""
+        self.minimum = low if self.minimum is None else min(self.minimum, low)
+        self.maximum = high if self.maximum is None else max(self.maximum, high)
+
     def merge(self, other: ColumnSummary) -> None:
         self.nulls += other.nulls
-        for bound, pick in (("minimum", min), ("maximum", max)):
-            theirs = getattr(other, bound)
-            if theirs is not None:
-                mine = getattr(self, bound)
-                setattr(self, bound, theirs if mine is None else pick(mine, theirs))
+        if other.minimum is not None:  # the bounds are both set or both None
+            self.widen(other.minimum, other.maximum)
         self.moments.merge(other.moments)
         self.train.merge(other.train)
         np.maximum(self.registers, other.registers, out=self.registers)
@@ -117,6 +119,11 @@ class Summaries:
     train_rows: int = 0
     columns: list[ColumnSummary] = field(default_factory=list)
 
+    @classmethod
+    def of_columns(cls, width: int) -> Summaries:
+        """The summaries of `width` columns before any row."""
+        return cls(columns=[ColumnSummary() for _ in range(width)])
+
     def merge(self, other: Summaries) -> None:
         self.rows += other.rows
         self.train_rows += other.train_rows
@@ -133,7 +140,7 @@ def summarize(df, numbers: list[str], texts: list[str], train: str) -> Summaries
     selected += [f"CAST({sql} AS STRING) AS `{len(numbers) + i}`" for i, sql in enumerate(texts)]
     width = len(numbers) + len(texts)
     task = _SummaryTask(len(numbers), width)
-    total = Summaries(columns=[ColumnSummary() for _ in range(width)])
+    total = Summaries.of_columns(width)
     # A task a core at most (each reads several partitions where there are more): the driver merges one
     # summary a task, whatever the partitions.
     rows = df.selectExpr(*selected).coalesce(df.sparkSession.sparkContext.defaultParallelism)
@@ -153,7 +160,7 @@ class _SummaryTask:
     def __call__(self, batches):
         import pyarrow as pa
 
-        total = Summaries(columns=[ColumnSummary() for _ in range(self.width)])
+        total = Summaries.of_columns(self.width)
         seen = [np.zeros(_REGISTERS * _RANKS, bool) for _ in range(self.width)]
         for batch in batches:
             train = batch.column(0).to_numpy(zero_copy_only=False).astype(bool)
@@ -180,9 +187,7 @@ def _add_numbers(summary: ColumnSummary, array, train: np.ndarray) -> np.ndarray
         valid = array.is_valid().to_numpy(zero_copy_only=False)
         values, train = values[valid], train[valid]
     if values.size:
-        low, high = float(values.min()), float(values.max())
-        summary.minimum = low if summary.minimum is None else min(summary.minimum, low)
-        summary.maximum = high if summary.maximum is None else max(summary.maximum, high)
+        summary.widen(float(values.min()), float(values.max()))
         summary.moments.add(values)
         summary.train.add(values[train])
     # splitmix64 of the bits (+ 0.0 makes -0.0 the 0.0 it equals): every bit of a value moves every bit of its hash.
