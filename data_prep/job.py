@@ -396,7 +396,7 @@ def _quarantine(spark, v: Validated, cfg: DataConfig, staging: str, output: str,
 
     def write() -> int:
         if v.rows_in == v.rows_clean:  # nothing to read from the cached rows: no Spark job
-            hadoop.write_empty_parquet(spark, v.rejected.schema, url)
+            hadoop.write_empty_parquet(spark, v.rejected_schema, url)
             return 0
         v.rejected.write.parquet(url)
         return v.rows_in - v.rows_clean

@@ -9,10 +9,11 @@ Each row gets the first reason it fails, in column order: `malformed_row` / `und
 from __future__ import annotations
 
 import difflib
+import functools
 import logging
 import string
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from data_prep.ingest import UNDECODABLE, Ingested, naming_unreadable_files
 from sparkml_par.config import ColumnSpec, DataConfig
@@ -46,7 +47,6 @@ class Validated:
     """Clean typed rows, quarantined raw rows, and the counts the manifest reports."""
 
     clean: Any
-    rejected: Any
     rows_in: int
     rows_clean: int
     reasons: dict[str, int]
@@ -58,6 +58,15 @@ class Validated:
     annotated: Any = None
     # Inferred feature columns left out (unique per row), with why.
     left_out: dict[str, str] = field(default_factory=dict)
+    # The rejected rows' Spark schema, and what builds their DataFrame (`rejected`): two projections as wide
+    # as the input, planned only where rows were rejected.
+    rejected_schema: Any = None
+    rejected_rows: Callable[[], Any] | None = field(default=None, repr=False)
+
+    @functools.cached_property
+    def rejected(self) -> Any:
+        """Rejected rows as the input had them (as text), with the reason."""
+        return self.rejected_rows()
 
     def release(self) -> None:
         """Frees the persisted rows once their last job ran."""
@@ -176,7 +185,6 @@ def _validated(
     rows_in, reasons, clean_row = _tally(counts)
     return Validated(
         clean=annotated.where(F.col(REJECT_REASON).isNull()).select(*clean_columns),
-        rejected=_rejected(annotated, df, raw_columns),
         rows_in=rows_in,
         rows_clean=clean_row["n"] if clean_row else 0,
         reasons=dict(sorted(reasons.items())),
@@ -185,6 +193,8 @@ def _validated(
         classes=classes,
         annotated=annotated,
         left_out=left_out or {},
+        rejected_schema=_rejected_schema(annotated, raw_columns),
+        rejected_rows=functools.partial(_rejected, annotated, df, raw_columns),
     )
 
 
@@ -245,6 +255,14 @@ def _tally(counts) -> tuple[int, dict[str, int], Any]:
     """(rows in, rows per reject reason, the clean rows' count row or None) from `_annotate`'s aggregate."""
     reasons = {r[REJECT_REASON]: r["n"] for r in counts if r[REJECT_REASON] is not None}
     return sum(r["n"] for r in counts), reasons, next((r for r in counts if r[REJECT_REASON] is None), None)
+
+
+def _rejected_schema(annotated, raw_columns: list[str]):
+    """The schema of `_rejected`'s rows, without planning them: the row id as annotated, the rest text."""
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    texts = [*raw_columns, RAW_RECORD, REJECT_REASON]
+    return StructType([annotated.schema[ROW_ID], *[StructField(name, StringType()) for name in texts]])
 
 
 def _rejected(annotated, df, raw_columns: list[str]):

@@ -101,6 +101,26 @@ def test_typed_parquet_columns_are_checked_for_what_their_types_can_hold(spark, 
     assert m["rows_clean"] == 60 and m["raw_feature_columns"] == ["x", "n"] and m["num_classes"] == 3
 
 
+def test_the_rejected_rows_schema_is_theirs_before_they_are_planned(spark, tmp_path):
+    """An input without rejected rows gets an empty quarantine of `rejected_schema`, which prepare names
+    without planning the rejected rows: it is the schema they have where there are some."""
+    from data_prep.ingest import ingest
+    from data_prep.validate import validate
+
+    spark.createDataFrame([(1.0, 1, 0), (float("nan"), None, 1)], "x double, n int, label long").write.parquet(
+        str(tmp_path / "in")
+    )
+    typed = DataConfig(source="parquet", path=str(tmp_path / "in"), output=str(tmp_path / "ds"))
+    text = _config(tmp_path, _csv(tmp_path / "iris.csv", [HEADER] + GOOD + list(BAD)))
+    for cfg in (typed, text):
+        v = validate(ingest(spark, cfg), cfg)
+        try:
+            assert v.rows_in > v.rows_clean
+            assert v.rejected_schema == v.rejected.schema
+        finally:
+            v.release()
+
+
 def test_an_empty_text_feature_in_parquet_is_missing_as_in_csv(spark, tmp_path):
     """Parquet keeps an empty text as a value; it reads as missing, as a CSV's empty field does: the category
     <missing> with imputation, `null:<col>` without (Spark ML cannot name a category by an empty text)."""
