@@ -259,7 +259,8 @@ def _with_content_row_id(df, raw_columns: list[str]):
 
 def canonical_values(df, names: list[str]) -> list:
     """Per column, the number its value reads as and, when it reads as none, its text: 5, 5.0 and "5"
-    hash alike, whatever type the reader gave the column."""
+    hash alike, whatever type the reader gave the column. (Spark's hashes skip a null value, so a column
+    of a type that reads as one of the two gives that one alone.)"""
     from pyspark.sql import functions as F
     from pyspark.sql.types import ArrayType, MapType, NumericType, StringType, StructType
 
@@ -267,14 +268,14 @@ def canonical_values(df, names: list[str]) -> list:
     for name in names:
         value, dtype = column(name), df.schema[name].dataType
         if isinstance(dtype, NumericType):
-            values += [value.cast("double"), F.lit(None).cast("string")]
+            values.append(value.cast("double"))
         elif isinstance(dtype, StringType):
             number = as_number(name)
             values += [number, F.when(number.isNull(), value)]
         elif isinstance(dtype, (ArrayType, MapType, StructType)):
-            values += [F.lit(None).cast("double"), F.to_json(value)]
+            values.append(F.to_json(value))
         else:
-            values += [F.lit(None).cast("double"), value.cast("string")]
+            values.append(value.cast("string"))
     return values
 
 
