@@ -157,30 +157,30 @@ def _build_validated(
     held = v.clean
     try:
         content = [c for c in v.clean.columns if c != ROW_ID]
-        texts = [s.name for s in v.features if s.type == "string"]
         clean = assign_splits(v.clean, cfg)
         numbers = featurize.number_inputs(v.features) if featurize.needs_pipeline(v.features) else None
         medians = cfg.featurize.impute == "median"
 
         def statistics_beside(split_rows) -> BackgroundJob:
             """The statistics of split_rows (the profile's, and the train split's the feature pipeline is built
-            from) in a job beside the steps."""
+            from) and their counts (per split, partition, class and category) in a job beside the steps."""
+            classes = cfg.task == "classification"
             job = steps.beside(
                 "statistics",
-                lambda: column_statistics(split_rows, cfg.label, v.features, numbers, medians),
+                lambda: column_statistics(split_rows, cfg.label, v.features, numbers, medians, True, classes),
                 rows=v.rows_clean,
             )
             beside.append(job)
             return job
 
-        # The statistics need only the split rows: their job runs beside the counts', and again beside the
-        # recount of the rows that remain where the duplicates' removal or renumbering replaces them.
+        # The statistics need only the split rows: their job runs beside the content hashes', and again where the
+        # duplicates' removal or renumbering replaces the rows.
         statistics_job = statistics_beside(clean)
-        steps.begin("count rows")
-        counts = _row_counts(clean, cfg, texts, content, v.rows_clean)
-        steps.done("count rows", v.rows_clean)
+        steps.begin("repeated rows")
+        repeated = _repeated_rows(clean, content, v.rows_clean)
+        steps.done("repeated rows", v.rows_clean)
         duplicates = 0
-        if counts.repeated:  # rows share a content hash: duplicates, or a collision
+        if repeated:  # rows share a content hash: duplicates, or a collision
             steps.begin("duplicates")
             groups = content_groups(v.clean, content).persist(StorageLevel.MEMORY_AND_DISK)
             try:
@@ -200,13 +200,13 @@ def _build_validated(
                     _stop(statistics_job)
                     beside.remove(statistics_job)
                     statistics_job = statistics_beside(clean)
-                    counts = _row_counts(clean, cfg, texts)
             finally:
                 groups.unpersist()
             steps.done("duplicates", v.rows_clean)
+        statistics = statistics_job.result()
         if cfg.task == "classification":
-            _require_two_classes(cfg, counts.classes or {}, v.classes)
-        warnings = class_warnings(counts.classes, v.num_classes, v.classes) if cfg.task == "classification" else []
+            _require_two_classes(cfg, statistics.classes or {}, v.classes)
+        warnings = class_warnings(statistics.classes, v.num_classes, v.classes) if cfg.task == "classification" else []
         for warning in warnings:
             log.warning("data.label %r: %s", cfg.label, warning)
         write_profile = functools.partial(_write_profile, spark, staging, cfg, duplicates)
@@ -214,29 +214,27 @@ def _build_validated(
         steps.begin("featurize")
         label_scale = _label_scale(clean, cfg) if cfg.task == "regression" else None
         fitted = None
-        if numbers is not None:  # only the feature pipeline waits for the statistics; the profile's job gets them
+        if numbers is not None:
             train = clean.where(F.col(SPLIT) == "train")
-            fitted = featurize.fit_feature_pipeline(
-                train, v.features, cfg.featurize, counts.categories, statistics_job.result()
-            )
+            fitted = featurize.fit_feature_pipeline(train, v.features, cfg.featurize, statistics.categories, statistics)
         # The profile from the statistics (and a vector column's own aggregate) beside the writes.
         beside.append(
             steps.beside(
                 "profile",
-                lambda: write_profile(profile(clean, cfg.label, v.features, counts.classes, statistics_job.result())),
+                lambda: write_profile(profile(clean, cfg.label, v.features, statistics.classes, statistics)),
             )
         )
         encode = featurize.BatchFeatures(v.features, fitted.recipe) if fitted is not None else None
         featurized, features, size = _features(clean, v, encode)
-        steps.done("featurize", counts.splits.get("train", 0))
+        steps.done("featurize", statistics.splits.get("train", 0))
 
         # The split key stays in the dataset, so scoring can name it as score.id_column.
         key = [cfg.split.key] if cfg.split.key and cfg.split.key != cfg.label else []
         columns = [F.col(ROW_ID), *features, column(cfg.label), *[column(k) for k in key], F.col(SPLIT)]
         rows = {
-            name: counts.splits.get(name, 0)
+            name: statistics.splits.get(name, 0)
             for name in SPLITS
-            if counts.splits.get(name, 0) or getattr(cfg.split, name) != 0
+            if statistics.splits.get(name, 0) or getattr(cfg.split, name) != 0
         }
         steps.begin("write splits")
         splits = write_splits(
@@ -248,7 +246,7 @@ def _build_validated(
             encode=encode,
             row_group_mb=cfg.row_group_size_mb,
             max_shards=cfg.max_shards,
-            partition_rows=counts.partitions,
+            partition_rows=statistics.partitions,
         )
         splits = {name: {"path": name, **info} for name, info in splits.items()}
         steps.done("write splits", sum(rows.values()))
@@ -271,7 +269,7 @@ def _build_validated(
         MANIFEST_TASK: cfg.task,
         MANIFEST_NUM_CLASSES: v.num_classes,
         MANIFEST_CLASSES: v.classes,
-        MANIFEST_CLASS_COUNTS: counts.classes,
+        MANIFEST_CLASS_COUNTS: statistics.classes,
         MANIFEST_CLASS_WARNINGS: warnings,
         MANIFEST_FEATURE_SHAPE: ing.feature_shape or [size],
         MANIFEST_SPLITS: splits,
@@ -291,23 +289,9 @@ def _build_validated(
     }
 
 
-# Clean rows a Spark partition holds from which _row_counts numbers the content hash's rows in a sorted branch of
-# their own, instead of a group a row in its aggregate (see there).
+# Clean rows a Spark partition holds from which _repeated_rows numbers the content hash's rows in a sorted window of
+# their own, instead of a group a hash in its aggregate (see there).
 HASH_APART_ROWS = 1_000_000
-
-
-@dataclass
-class _RowCounts:
-    """Clean rows per split, per class of a classification label (None for regression), per split and
-    Spark partition of the clean rows (which the writer plans each split's files from), per value of each
-    text feature in the train split (which the feature pipeline's categories are made from), and where the
-    content was hashed the rows that repeat an earlier row's hash (0: no row repeats another)."""
-
-    splits: dict[str, int]
-    partitions: dict[str, dict[int, int]]
-    classes: dict[str, int] | None
-    categories: dict[str, list[tuple[str, int]]]
-    repeated: int | None = None
 
 
 def _require_two_classes(cfg: DataConfig, classes: dict[str, int], names: list[str] | None) -> None:
@@ -321,71 +305,25 @@ def _require_two_classes(cfg: DataConfig, classes: dict[str, int], names: list[s
         )
 
 
-def _row_counts(
-    clean, cfg: DataConfig, texts: list[str], content: list[str] | None = None, rows: int = 0
-) -> _RowCounts:
-    """One aggregate over grouping sets: (split, partition), (label) for a classification label, (split,
-    column) for each text feature and, given `content` columns, their 64-bit hash. One pass over the rows
-    gives the splits' sizes, their partitions' sizes, the classes, the categories and the rows that repeat
-    an earlier row's content hash, where separate counts would each be Spark jobs of their own. The
-    hash's groups (one a row) are summed into one row by an aggregate over the sets' rows. Identical rows
-    hash alike (Spark's hash, as its distinct, takes -0.0 for 0.0): no row sharing a hash, no duplicate.
+def _repeated_rows(clean, content: list[str], rows: int) -> int:
+    """The rows of clean that repeat an earlier row's 64-bit hash of the `content` columns: 0, no duplicate.
+    Identical rows hash alike (Spark's hash, as its distinct, takes -0.0 for 0.0).
 
-    From HASH_APART_ROWS a partition (of `rows` clean rows), a group a row in the sets' wide key outgrows the
-    aggregate's memory: the hash's rows are then numbered in hash order, a sort of a narrow column, in a
-    branch of the same query whose stage runs beside the sets'."""
+    An aggregate counts the rows per hash and sums the repeats. From HASH_APART_ROWS a partition (of `rows`
+    clean rows), a group a hash outgrows the aggregate's memory: the rows are then numbered in hash order
+    instead, a sort of a narrow column."""
     from pyspark.sql import functions as F
 
-    label = [cfg.label] if cfg.task == "classification" else []
-    columns = label + texts
-    # The columns by position (`_v<i>`), so that no name of the input's reaches the SQL or meets one of these.
-    values = [f"_v{i}" for i in range(len(columns))]
-    hashed = [F.xxhash64(*[column(c) for c in content]).alias("_hash")] if content else []
-    counted = clean.select(
-        SPLIT,
-        F.spark_partition_id().alias("_partition"),
-        *[column(c).alias(v) for c, v in zip(columns, values)],
-        *hashed,
-    )
+    hashed = clean.select(F.xxhash64(*[column(c) for c in content]).alias("_hash"))
     # (A partition holds at most every row: the partitions are counted only where that passes the limit.)
-    apart = bool(content) and rows > HASH_APART_ROWS and rows > HASH_APART_ROWS * counted.rdd.getNumPartitions()
-    # GROUPING SETS in SQL, which Spark 3.5 has (DataFrame.groupingSets is Spark 4's); each set's grouping flag
-    # is 0 in its own set, every flag 1 in the hash's.
-    sets = [f"({SPLIT}, _partition)"] + [f"({v})" for v in values[: len(label)]]
-    sets += [f"({SPLIT}, {v})" for v in values[len(label) :]] + (["(_hash)"] if content and not apart else [])
-    keys = [SPLIT, "_partition", *values, *[f"_g{i}" for i in range(len(values) + 1)]]
-    flags = [f"grouping({v}) AS _g{i}" for i, v in enumerate(["_partition", *values])]
-    grouped = f"""SELECT {", ".join([SPLIT, "_partition", *values, *flags])}, count(1) AS _n
-        FROM {{counted}} GROUP BY GROUPING SETS ({", ".join(sets)})"""
-    if not apart:
-        query = f"""SELECT {", ".join(keys)}, sum(_n) AS _n, sum(IF(_n > 1, _n - 1, 0)) AS _repeated
-            FROM ({grouped}) AS _sets GROUP BY {", ".join(keys)}"""
+    apart = rows > HASH_APART_ROWS and rows > HASH_APART_ROWS * hashed.rdd.getNumPartitions()
+    if apart:
+        query = """SELECT count(1) FROM (
+            SELECT row_number() OVER (PARTITION BY _hash ORDER BY _hash) AS _copy FROM {hashed}
+        ) AS _hashes WHERE _copy > 1"""
     else:
-        hash_keys = ", ".join(["NULL"] * (2 + len(values)) + ["1"] * (len(values) + 1))
-        query = f"""SELECT *, 0L AS _repeated FROM ({grouped}) AS _sets
-            UNION ALL SELECT {hash_keys}, 0L, count(1) FROM (
-                SELECT row_number() OVER (PARTITION BY _hash ORDER BY _hash) AS _copy FROM {{counted}}
-            ) AS _hashes WHERE _copy > 1"""
-    per_set: list[list] = [[] for _ in range(len(columns) + 1)]
-    repeated = 0 if content else None
-    for r in clean.sparkSession.sql(query, counted=counted).collect():
-        grouped = [r[f"_g{i}"] for i in range(len(columns) + 1)]
-        if 0 in grouped:
-            per_set[grouped.index(0)].append(r)
-        else:
-            repeated = r["_repeated"]
-    splits: dict[str, int] = {}
-    partitions: dict[str, dict[int, int]] = {}
-    for r in per_set[0]:
-        splits[r[SPLIT]] = splits.get(r[SPLIT], 0) + r["_n"]
-        partitions.setdefault(r[SPLIT], {})[r["_partition"]] = r["_n"]
-    classes = {str(r["_v0"]): r["_n"] for r in sorted(per_set[1], key=lambda r: r["_v0"])} if label else None
-    categories = {
-        name: [(r[f"_v{i}"], r["_n"]) for r in per_set[1 + i] if r[SPLIT] == "train"]
-        for i, name in enumerate(columns)
-        if i >= len(label)
-    }
-    return _RowCounts(splits, partitions, classes, categories, repeated)
+        query = "SELECT sum(_n - 1) FROM (SELECT count(1) AS _n FROM {hashed} GROUP BY _hash) AS _groups"
+    return clean.sparkSession.sql(query, hashed=hashed).first()[0] or 0
 
 
 def _quarantine(spark, v: Validated, cfg: DataConfig, staging: str, output: str, steps: _Steps) -> BackgroundJob:

@@ -53,6 +53,13 @@ class ColumnStatistics:
     train: dict[tuple[str, str | None], tuple[int, float | None, float | None, float | None]] = field(
         default_factory=dict
     )
+    # Where counted: rows per split, per split and Spark partition (which the writer plans each split's files
+    # from), per class of the label (else None), and per text feature the train split's (value, rows), which
+    # the feature pipeline's categories are made from.
+    splits: dict[str, int] = field(default_factory=dict)
+    partitions: dict[str, dict[int, int]] = field(default_factory=dict)
+    classes: dict[str, int] | None = None
+    categories: dict[str, list[tuple[str | None, int]]] = field(default_factory=dict)
 
 
 def profile(
@@ -86,14 +93,18 @@ def column_statistics(
     specs: list[ColumnSpec],
     numbers: list[tuple[str, str | None]] | None = None,
     medians: bool = False,
+    counts: bool = False,
+    classes: bool = False,
 ) -> ColumnStatistics:
     """The profile's statistics of the label and the scalar feature columns and, when `numbers` is given
     (the feature pipeline's inputs: (column, None) for a number column, (column, part) for a part of a
     timestamp or date), the train split's rows (df's `_split`) and their statistics over it, with
-    approximate medians when `medians`.
+    approximate medians when `medians`. With `counts`, df's rows per split, split and partition, class of
+    the label (with `classes`) and value of each text feature in train.
 
-    One pass of Python tasks summarizes every column (`summaries.summarize`); the medians, which a merge of
-    summaries cannot give, are a Spark aggregate of a row of quantile sketches of their own.
+    One pass of Python tasks summarizes every column and counts the rows (`summaries.summarize`); the
+    medians, which a merge of summaries cannot give, are a Spark aggregate of a row of quantile sketches of
+    their own.
     """
     from pyspark.sql.types import IntegralType
 
@@ -101,11 +112,15 @@ def column_statistics(
     strings = [s.name for s in specs if s.type in ("string", "timestamp", "date")]  # timestamps: distinct counts
     parts = [(name, part) for name, part in numbers or [] if part is not None]
     train = f"{SPLIT} = 'train'" if numbers is not None else "false"
+    texts = [s.name for s in specs if s.type == "string"]
+    key_sets = [[SPLIT, "spark_partition_id()"], *([[quoted(label)]] if classes else [])] if counts else []
+    key_sets += [[SPLIT, quoted(name)] for name in texts] if counts else []
     summed = summarize(
         df,
         [quoted(name) for name in numeric] + [_number_sql(name, part) for name, part in parts],
         [quoted(name) for name in strings],
         train,
+        key_sets,
     )
     position = {(name, None): i for i, name in enumerate(numeric)}
     position.update({number: len(numeric) + i for i, number in enumerate(parts)})
@@ -133,7 +148,20 @@ def column_statistics(
         train_statistics[number] = (moments.count, moments.average, moments.variance, median.get(number))
     distinct = {name: summed.columns[position[(name, None)]].distinct for name in numeric + strings}
     train_rows = summed.train_rows if numbers is not None else 0
-    return ColumnStatistics(summed.rows, columns, distinct, train_rows, train_statistics)
+    statistics = ColumnStatistics(summed.rows, columns, distinct, train_rows, train_statistics)
+    if counts:
+        per_partition, *rest = summed.counts
+        for (split, partition), n in sorted(per_partition.items()):
+            statistics.splits[split] = statistics.splits.get(split, 0) + n
+            statistics.partitions.setdefault(split, {})[partition] = n
+        if classes:
+            per_class, *rest = rest
+            statistics.classes = {str(value): n for (value,), n in sorted(per_class.items())}
+        statistics.categories = {
+            name: [(value, n) for (split, value), n in per_value.items() if split == "train"]
+            for name, per_value in zip(texts, rest)
+        }
+    return statistics
 
 
 def _medians(df, numbers: list[tuple[str, str | None]]) -> dict[tuple[str, str | None], float | None]:

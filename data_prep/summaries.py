@@ -1,12 +1,14 @@
-"""Column summaries from one pass of Python tasks over Arrow batches, merged on the driver.
+"""Column summaries and row counts from one pass of Python tasks over Arrow batches, merged on the driver.
 
 Per column: its values (non-null), nulls, minimum, maximum, mean and sum of squared deviations from the
 mean, the same moments over the rows a boolean column marks (the train split), and a HyperLogLog sketch of
-its distinct values. Moments are merged across batches and tasks by Chan, Golub and LeVeque's pairwise
-update (as stable as Spark's own central moments); sketches by the registers' maximum. In the JVM the same
-figures took an aggregate over the columns unpivoted into rows and another of Spark's sketches, which Spark
-runs interpreted; numpy over Arrow batches, in the Python workers prepare starts for its write anyway,
-costs less than either.
+its distinct values. Per set of keys (SQL expressions: the split and Spark partition, a label, a text
+column): the rows of each combination of their values, null a value as any other. Moments are merged
+across batches and tasks by Chan, Golub and LeVeque's pairwise update (as stable as Spark's own central
+moments); sketches by the registers' maximum; counts by their sum. In the JVM the same figures took an
+aggregate over the columns unpivoted into rows and another of Spark's sketches, which Spark runs
+interpreted, and the counts an aggregate over grouping sets; numpy and Arrow's group-by over Arrow
+batches, in the Python workers prepare starts for its write anyway, cost less.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import math
 import pickle
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import numpy as np
 
@@ -118,31 +121,40 @@ class Summaries:
     rows: int = 0
     train_rows: int = 0
     columns: list[ColumnSummary] = field(default_factory=list)
+    # Per set of keys, the rows of each combination of their values (a tuple).
+    counts: list[dict[tuple, int]] = field(default_factory=list)
 
     @classmethod
-    def of_columns(cls, width: int) -> Summaries:
-        """The summaries of `width` columns before any row."""
-        return cls(columns=[ColumnSummary() for _ in range(width)])
+    def of_columns(cls, width: int, key_sets: int = 0) -> Summaries:
+        """The summaries of `width` columns and `key_sets` sets of keys before any row."""
+        return cls(columns=[ColumnSummary() for _ in range(width)], counts=[{} for _ in range(key_sets)])
 
     def merge(self, other: Summaries) -> None:
         self.rows += other.rows
         self.train_rows += other.train_rows
         for mine, theirs in zip(self.columns, other.columns):
             mine.merge(theirs)
+        for mine, theirs in zip(self.counts, other.counts):
+            _add_counts(mine, theirs)
 
 
-def summarize(df, numbers: list[str], texts: list[str], train: str) -> Summaries:
+def summarize(
+    df, numbers: list[str], texts: list[str], train: str, key_sets: Sequence[Sequence[str]] = ()
+) -> Summaries:
     """Summaries of the SQL expressions `numbers` (read as doubles) and then `texts` (as strings) over df's
-    rows, with the moments over the rows where the SQL condition `train` holds: one Spark job of Python
-    tasks, a summary per task."""
+    rows, with the moments over the rows where the SQL condition `train` holds, and the rows per combination
+    of the values of each set of SQL expressions in `key_sets` (`spark_partition_id()` is df's partition):
+    one Spark job of Python tasks, a summary per task."""
     selected = [f"COALESCE({train}, false) AS _train"]
     selected += [f"CAST({sql} AS DOUBLE) AS `{i}`" for i, sql in enumerate(numbers)]
     selected += [f"CAST({sql} AS STRING) AS `{len(numbers) + i}`" for i, sql in enumerate(texts)]
     width = len(numbers) + len(texts)
-    task = _SummaryTask(len(numbers), width)
-    total = Summaries.of_columns(width)
+    keys = list(dict.fromkeys(sql for sql_set in key_sets for sql in sql_set))
+    selected += [f"{sql} AS `{width + i}`" for i, sql in enumerate(keys)]
+    task = _SummaryTask(len(numbers), width, [[1 + width + keys.index(sql) for sql in sql_set] for sql_set in key_sets])
+    total = Summaries.of_columns(width, len(key_sets))
     # A task a core at most (each reads several partitions where there are more): the driver merges one
-    # summary a task, whatever the partitions.
+    # summary a task, whatever the partitions. The keys are taken before, so a partition's id is df's own.
     rows = df.selectExpr(*selected).coalesce(df.sparkSession.sparkContext.defaultParallelism)
     for row in rows.mapInArrow(task, "summaries binary").collect():
         total.merge(pickle.loads(row[0]))
@@ -154,18 +166,20 @@ class _SummaryTask:
     are kept as bits while the batches come (setting a bit costs the same however often it is set) and
     turned into registers once."""
 
-    def __init__(self, numbers: int, width: int):
-        self.numbers, self.width = numbers, width
+    def __init__(self, numbers: int, width: int, key_sets: list[list[int]] = ()):
+        self.numbers, self.width, self.key_sets = numbers, width, key_sets
 
     def __call__(self, batches):
         import pyarrow as pa
 
-        total = Summaries.of_columns(self.width)
+        total = Summaries.of_columns(self.width, len(self.key_sets))
         seen = [np.zeros(_REGISTERS * _RANKS, bool) for _ in range(self.width)]
         for batch in batches:
             train = batch.column(0).to_numpy(zero_copy_only=False).astype(bool)
             total.rows += batch.num_rows
             total.train_rows += int(np.count_nonzero(train))
+            for counts, positions in zip(total.counts, self.key_sets):
+                _add_counts(counts, _key_counts(batch, positions))
             for i, summary in enumerate(total.columns):
                 array = batch.column(i + 1)
                 summary.nulls += array.null_count
@@ -178,6 +192,23 @@ class _SummaryTask:
         for summary, ranks in zip(total.columns, seen):
             summary.registers = _registers(ranks)
         yield pa.RecordBatch.from_pydict({"summaries": [pickle.dumps(total)]})
+
+
+def _key_counts(batch, positions: list[int]) -> dict[tuple, int]:
+    """The batch's rows per combination of the values of its columns at `positions`."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    names = [str(i) for i in range(len(positions))]
+    keys = pa.Table.from_arrays([batch.column(i) for i in positions], names=names)
+    grouped = keys.group_by(names).aggregate([(names[0], "count", pc.CountOptions(mode="all"))])
+    values = [grouped.column(name).to_pylist() for name in names]
+    return dict(zip(zip(*values), grouped.column(f"{names[0]}_count").to_pylist()))
+
+
+def _add_counts(total: dict[tuple, int], counts: dict[tuple, int]) -> None:
+    for key, n in counts.items():
+        total[key] = total.get(key, 0) + n
 
 
 def _add_numbers(summary: ColumnSummary, array, train: np.ndarray) -> np.ndarray:

@@ -170,9 +170,9 @@ def write_splits(
     The splits are written by one Spark job, each task writing its partition's rows of every split, so the
     rows are read once. A split with a partition too small for one row per shard is written on its own,
     from one task. partition_rows: each split's rows per Spark partition where the caller counted them
-    (prepare counts them in one aggregate); otherwise they are counted here. encode: what each task makes
-    of each Arrow table of df's rows before writing it, and `encode.schema` of df's schema the written one
-    (prepare's featurize.BatchFeatures); None writes the rows as they are.
+    (prepare counts them with its column statistics); otherwise they are counted here. encode: what each
+    task makes of each Arrow table of df's rows before writing it, and `encode.schema` of df's schema the
+    written one (prepare's featurize.BatchFeatures); None writes the rows as they are.
     """
     from pyspark.sql import functions as F
 

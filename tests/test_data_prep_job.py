@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from data_prep.job import _row_counts, prepare, summary
-from data_prep.profile import count_duplicates
+from data_prep.job import _repeated_rows, prepare, summary
+from data_prep.profile import column_statistics, count_duplicates
 from data_prep.score_rows import apply_feature_pipeline
 from sparkml_par.config import DataConfig, SplitConfig, SyntheticConfig, load_config
 from sparkml_par.errors import SparkmlParError
@@ -379,40 +379,41 @@ def test_a_label_named_count_is_counted_per_class(spark, tmp_path):
     assert sum(split["rows"] for split in m["splits"].values()) == 300
 
 
-def test_rows_per_split_class_partition_category_and_content_hash_come_from_one_aggregate(spark):
-    """The writer plans each split's files from these partition counts: they must be the partitions' own.
-    The label and a text feature are named like columns of the aggregate's own."""
-    rows = spark.range(0, 90, 1, numPartitions=3).selectExpr(
-        "id AS _hash",
+def test_rows_per_split_class_partition_and_category_come_with_the_column_statistics(spark):
+    """The writer plans each split's files from these partition counts: they must be the partitions' own,
+    from tasks that each read several partitions. The label and a text feature are named like columns of
+    the statistics' own."""
+    from sparkml_par.config import ColumnSpec
+
+    rows = spark.range(0, 90, 1, numPartitions=6).selectExpr(
         "CASE WHEN id % 3 = 0 THEN 'test' ELSE 'train' END AS _split",
         "id % 2 AS _n",
-        "CASE WHEN id % 5 = 0 THEN 'a' ELSE 'b' END AS _partition",
+        "CASE WHEN id % 5 = 0 THEN 'a' WHEN id % 7 = 0 THEN NULL ELSE 'b' END AS _partition",
     )
-    counts = _row_counts(rows, DataConfig(label="_n"), ["_partition"], ["_n", "_partition"])
-    # The content hashed: 4 distinct (label, text) pairs in 90 rows, so 86 rows repeat an earlier one.
-    assert counts.repeated == 86 and _row_counts(rows, DataConfig(label="_n"), [], ["_hash"]).repeated == 0
-    assert counts.splits == {"train": 60, "test": 30} and counts.classes == {"0": 45, "1": 45}
-    assert counts.partitions == {"train": {0: 20, 1: 20, 2: 20}, "test": {0: 10, 1: 10, 2: 10}}
-    # The train split's categories only: 18 multiples of 5 in 0..89, 6 of them (multiples of 15) in test.
-    assert sorted(counts.categories["_partition"]) == [("a", 12), ("b", 48)]
-    regression = _row_counts(rows, DataConfig(label="_n", task="regression"), [])
-    assert regression.classes is None and regression.partitions == counts.partitions and regression.categories == {}
-    assert regression.repeated is None
+    specs = [ColumnSpec("_partition", "string")]
+    counted = column_statistics(rows, "_n", specs, counts=True, classes=True)
+    assert counted.splits == {"train": 60, "test": 30} and counted.classes == {"0": 45, "1": 45}
+    assert counted.partitions == {"train": {p: 10 for p in range(6)}, "test": {p: 5 for p in range(6)}}
+    # The train split's categories only: 18 multiples of 5 in 0..89, 6 of them (multiples of 15) in test;
+    # missing values: 10 multiples of 7 but not of 5, 4 of them (multiples of 21) in test.
+    assert sorted(counted.categories["_partition"], key=str) == [("a", 12), ("b", 42), (None, 6)]
+    regression = column_statistics(rows, "_n", specs, counts=True)
+    assert regression.classes is None and regression.partitions == counted.partitions
+    assert regression.categories == counted.categories
+    uncounted = column_statistics(rows, "_n", specs)
+    assert uncounted.splits == {} and uncounted.classes is None and uncounted.categories == {}
 
 
-def test_content_hash_counted_apart_on_many_rows_a_partition_gives_the_same_counts(spark, monkeypatch):
-    """From HASH_APART_ROWS rows a partition the hash's rows are numbered in a sorted branch of their own."""
+def test_rows_repeating_a_content_hash_are_counted_apart_on_many_rows_a_partition_alike(spark, monkeypatch):
+    """From HASH_APART_ROWS rows a partition the hash's rows are numbered in a sorted window of their own."""
     from data_prep import job
 
-    rows = spark.range(0, 90, 1, numPartitions=3).selectExpr(
-        "id AS _hash", "CASE WHEN id % 3 = 0 THEN 'test' ELSE 'train' END AS _split", "id % 2 AS _n", "'a' AS t"
-    )
-    cfg = DataConfig(label="_n")
-    together = _row_counts(rows, cfg, ["t"], ["_n", "t"], rows=90)
+    rows = spark.range(0, 90, 1, numPartitions=3).selectExpr("id AS _hash", "id % 2 AS _n", "'a' AS t")
+    # The content hashed: 2 distinct (label, text) pairs in 90 rows, so 88 rows repeat an earlier one.
+    assert _repeated_rows(rows, ["_n", "t"], 90) == 88 and _repeated_rows(rows, ["_hash"], 90) == 0
     monkeypatch.setattr(job, "HASH_APART_ROWS", 29)
-    apart = _row_counts(rows, cfg, ["t"], ["_n", "t"], rows=90)
-    assert apart == together and apart.repeated == 88
-    assert _row_counts(rows, cfg, ["t"], ["_hash"], rows=90).repeated == 0
+    assert _repeated_rows(rows, ["_n", "t"], 90) == 88 and _repeated_rows(rows, ["_hash"], 90) == 0
+    assert _repeated_rows(rows.where("false"), ["_n", "t"], 0) == 0
 
 
 def test_duplicates_are_counted_exactly_with_and_without_repeated_rows(spark):
@@ -519,7 +520,7 @@ def test_statistics_give_the_profile_and_the_train_split_figures_with_medians_or
     from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType, TimestampType
 
     from data_prep import featurize
-    from data_prep.profile import column_statistics, profile
+    from data_prep.profile import profile
     from sparkml_par.config import ColumnSpec
 
     schema = StructType(

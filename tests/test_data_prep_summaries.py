@@ -72,7 +72,7 @@ def test_summaries_of_a_frame_over_several_workers_equal_the_exact_figures(spark
     ]
     df = spark.createDataFrame(rows, "x double, z double, w string, _split string").repartition(4)
 
-    summed = summarize(df, ["x", "z"], ["w"], "_split = 'train'")
+    summed = summarize(df, ["x", "z"], ["w"], "_split = 'train'", [["_split", "w"], ["z < 0"]])
 
     valid = ~np.isnan(x)
     train = np.array([i % 5 != 0 for i in range(n)])
@@ -86,3 +86,9 @@ def test_summaries_of_a_frame_over_several_workers_equal_the_exact_figures(spark
     assert abs(xs.distinct - len(np.unique(x[valid]))) <= 0.04 * len(np.unique(x[valid]))
     assert zs.distinct == 1 and zs.minimum == zs.maximum == 0.0 and zs.nulls == 0
     assert ws.distinct == 3 and ws.nulls == n // 4 and ws.moments.count == 0 and ws.minimum is None
+    # The rows per split and text (a missing one a value as any other), and per value of an expression.
+    per_split_and_word, per_sign = summed.counts
+    expected = {}
+    for _, _, word, split in rows:
+        expected[(split, word)] = expected.get((split, word), 0) + 1
+    assert per_split_and_word == expected and per_sign == {(False,): n}
