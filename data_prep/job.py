@@ -167,7 +167,9 @@ def _build_validated(
             classes = cfg.task == "classification"
             job = steps.beside(
                 "statistics",
-                lambda: column_statistics(split_rows, cfg.label, v.features, numbers, medians, True, classes),
+                lambda: column_statistics(
+                    split_rows, cfg.label, v.features, numbers, medians, counts=True, classes=classes
+                ),
                 rows=v.rows_clean,
             )
             beside.append(job)

@@ -113,8 +113,10 @@ def column_statistics(
     parts = [(name, part) for name, part in numbers or [] if part is not None]
     train = f"{SPLIT} = 'train'" if numbers is not None else "false"
     texts = [s.name for s in specs if s.type == "string"]
-    key_sets = [[SPLIT, "spark_partition_id()"], *([[quoted(label)]] if classes else [])] if counts else []
-    key_sets += [[SPLIT, quoted(name)] for name in texts] if counts else []
+    key_sets = []
+    if counts:
+        key_sets = [[SPLIT, "spark_partition_id()"], *([[quoted(label)]] if classes else [])]
+        key_sets += [[SPLIT, quoted(name)] for name in texts]
     summed = summarize(
         df,
         [quoted(name) for name in numeric] + [_number_sql(name, part) for name, part in parts],
