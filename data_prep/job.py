@@ -202,6 +202,10 @@ def _build_validated(
                     _stop(statistics_job)
                     beside.remove(statistics_job)
                     statistics_job = statistics_beside(clean)
+                    # Their job fills the cache of the rows that replace the clean ones. It must end before the
+                    # groups are unpersisted: Spark then builds a cache that is not yet filled again from its plan,
+                    # and the rows' partitions, which the writer plans its files from, could change.
+                    statistics_job.result()
             finally:
                 groups.unpersist()
             steps.done("duplicates", v.rows_clean)
