@@ -161,26 +161,39 @@ def _build_validated(
         numbers = featurize.number_inputs(v.features) if featurize.needs_pipeline(v.features) else None
         medians = cfg.featurize.impute == "median"
 
-        def statistics_beside(split_rows) -> BackgroundJob:
+        def statistics_beside(split_rows, repeated_over: list[str] | None = None) -> BackgroundJob:
             """The statistics of split_rows (the profile's, and the train split's the feature pipeline is built
-            from) and their counts (per split, partition, class and category) in a job beside the steps."""
+            from) and their counts (per split, partition, class and category, and the rows repeating others'
+            hash of `repeated_over`) in a job beside the steps."""
             classes = cfg.task == "classification"
             job = steps.beside(
                 "statistics",
                 lambda: column_statistics(
-                    split_rows, cfg.label, v.features, numbers, medians, counts=True, classes=classes
+                    split_rows,
+                    cfg.label,
+                    v.features,
+                    numbers,
+                    medians,
+                    counts=True,
+                    classes=classes,
+                    repeated_over=repeated_over,
                 ),
                 rows=v.rows_clean,
             )
             beside.append(job)
             return job
 
-        # The statistics need only the split rows: their job runs beside the content hashes', and again where the
-        # duplicates' removal or renumbering replaces the rows.
-        statistics_job = statistics_beside(clean)
-        steps.begin("repeated rows")
-        repeated = _repeated_rows(clean, content, v.rows_clean)
-        steps.done("repeated rows", v.rows_clean)
+        # The statistics need only the split rows: their tasks also count the repeated rows where the content
+        # hashes fit the driver, a Spark aggregate beside them counts them otherwise; the statistics run again
+        # where the duplicates' removal or renumbering replaces the rows.
+        if v.rows_clean <= HASHED_ON_DRIVER_ROWS:
+            statistics_job = statistics_beside(clean, content)
+            repeated = steps.awaited(statistics_job).repeated
+        else:
+            statistics_job = statistics_beside(clean)
+            steps.begin("repeated rows")
+            repeated = _repeated_rows(clean, content, v.rows_clean)
+            steps.done("repeated rows", v.rows_clean)
         duplicates = 0
         if repeated:  # rows share a content hash: duplicates, or a collision
             steps.begin("duplicates")
@@ -295,6 +308,9 @@ def _build_validated(
     }
 
 
+# Up to this many clean rows the column statistics' tasks count the repeated rows: the distinct 64-bit content
+# hashes reach the driver (32 MiB at most); from it, _repeated_rows counts them in a Spark aggregate.
+HASHED_ON_DRIVER_ROWS = 1 << 22
 # Clean rows a Spark partition holds from which _repeated_rows numbers the content hash's rows in a sorted window of
 # their own, instead of a group a hash in its aggregate (see there).
 HASH_APART_ROWS = 1_000_000
@@ -416,6 +432,12 @@ class _Steps:
         now = time.time()
         seconds, self._last = now - self._last, now
         self._record(name, rows, seconds, self._jobs(self._job.group) - self._jobs_before)
+
+    def awaited(self, job: BackgroundJob) -> Any:
+        """The result of a step beside the others: the wait for it is none of the next step's seconds."""
+        value = job.result()
+        self._last = time.time()
+        return value
 
     def beside(self, name: str, action: Callable[[], Any], rows: int | None = None) -> BackgroundJob:
         """Runs action in the background as step `name`; the job's result is the action's value. The step's

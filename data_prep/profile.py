@@ -60,6 +60,8 @@ class ColumnStatistics:
     partitions: dict[str, dict[int, int]] = field(default_factory=dict)
     classes: dict[str, int] | None = None
     categories: dict[str, list[tuple[str | None, int]]] = field(default_factory=dict)
+    # Where asked for, the rows whose content's 64-bit hash an earlier row has (0: no duplicate).
+    repeated: int | None = None
 
 
 def profile(
@@ -95,12 +97,14 @@ def column_statistics(
     medians: bool = False,
     counts: bool = False,
     classes: bool = False,
+    repeated_over: list[str] | None = None,
 ) -> ColumnStatistics:
     """The profile's statistics of the label and the scalar feature columns and, when `numbers` is given
     (the feature pipeline's inputs: (column, None) for a number column, (column, part) for a part of a
     timestamp or date), the train split's rows (df's `_split`) and their statistics over it, with
     approximate medians when `medians`. With `counts`, df's rows per split, split and partition, class of
-    the label (with `classes`) and value of each text feature in train.
+    the label (with `classes`) and value of each text feature in train. With `repeated_over` (columns), the
+    rows that repeat an earlier row's 64-bit hash of those columns, as `job._repeated_rows` counts them.
 
     One pass of Python tasks summarizes every column and counts the rows (`summaries.summarize`); the
     medians, which a merge of summaries cannot give, are a Spark aggregate of a row of quantile sketches of
@@ -123,6 +127,7 @@ def column_statistics(
         [quoted(name) for name in strings],
         train,
         key_sets,
+        None if repeated_over is None else f"xxhash64({', '.join(quoted(c) for c in repeated_over)})",
     )
     position = {(name, None): i for i, name in enumerate(numeric)}
     position.update({number: len(numeric) + i for i, number in enumerate(parts)})
@@ -151,6 +156,8 @@ def column_statistics(
     distinct = {name: summed.columns[position[(name, None)]].distinct for name in numeric + strings}
     train_rows = summed.train_rows if numbers is not None else 0
     statistics = ColumnStatistics(summed.rows, columns, distinct, train_rows, train_statistics)
+    if repeated_over is not None:
+        statistics.repeated = summed.repeated
     if counts:
         per_partition, *rest = summed.counts
         for (split, partition), n in sorted(per_partition.items()):

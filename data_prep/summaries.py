@@ -3,12 +3,14 @@
 Per column: its values (non-null), nulls, minimum, maximum, mean and sum of squared deviations from the
 mean, the same moments over the rows a boolean column marks (the train split), and a HyperLogLog sketch of
 its distinct values. Per set of keys (SQL expressions: the split and Spark partition, a label, a text
-column): the rows of each combination of their values, null a value as any other. Moments are merged
-across batches and tasks by Chan, Golub and LeVeque's pairwise update (as stable as Spark's own central
-moments); sketches by the registers' maximum; counts by their sum. In the JVM the same figures took an
-aggregate over the columns unpivoted into rows and another of Spark's sketches, which Spark runs
-interpreted, and the counts an aggregate over grouping sets; numpy and Arrow's group-by over Arrow
-batches, in the Python workers prepare starts for its write anyway, cost less.
+column): the rows of each combination of their values, null a value as any other. Where asked, the
+distinct values of a 64-bit hash of each row's content, which tell the rows that repeat an earlier one.
+Moments are merged across batches and tasks by Chan, Golub and LeVeque's pairwise update (as stable as
+Spark's own central moments); sketches by the registers' maximum; counts by their sum; hashes by union.
+In the JVM the same figures took an aggregate over the columns unpivoted into rows and another of Spark's
+sketches, which Spark runs interpreted, the counts an aggregate over grouping sets and the repeated rows
+one of their own; numpy and Arrow's group-by over Arrow batches, in the Python workers prepare starts for
+its write anyway, cost less.
 """
 
 from __future__ import annotations
@@ -123,6 +125,13 @@ class Summaries:
     columns: list[ColumnSummary] = field(default_factory=list)
     # Per set of keys, the rows of each combination of their values (a tuple).
     counts: list[dict[tuple, int]] = field(default_factory=list)
+    # The distinct row hashes, sorted, where they were asked for.
+    row_hashes: np.ndarray | None = None
+
+    @property
+    def repeated(self) -> int:
+        """The rows whose hash an earlier row has (0: no row repeats another)."""
+        return self.rows - len(self.row_hashes)
 
     @classmethod
     def of_columns(cls, width: int, key_sets: int = 0) -> Summaries:
@@ -136,23 +145,38 @@ class Summaries:
             mine.merge(theirs)
         for mine, theirs in zip(self.counts, other.counts):
             _add_counts(mine, theirs)
+        if other.row_hashes is not None:
+            self.row_hashes = np.union1d(self.row_hashes, other.row_hashes)
 
 
 def summarize(
-    df, numbers: list[str], texts: list[str], train: str, key_sets: Sequence[Sequence[str]] = ()
+    df,
+    numbers: list[str],
+    texts: list[str],
+    train: str,
+    key_sets: Sequence[Sequence[str]] = (),
+    row_hash: str | None = None,
 ) -> Summaries:
     """Summaries of the SQL expressions `numbers` (read as doubles) and then `texts` (as strings) over df's
-    rows, with the moments over the rows where the SQL condition `train` holds, and the rows per combination
-    of the values of each set of SQL expressions in `key_sets` (`spark_partition_id()` is df's partition):
-    one Spark job of Python tasks, a summary per task."""
+    rows, with the moments over the rows where the SQL condition `train` holds, the rows per combination
+    of the values of each set of SQL expressions in `key_sets` (`spark_partition_id()` is df's partition)
+    and the distinct values of the 64-bit SQL expression `row_hash`, where given (8 bytes a row reach the
+    driver): one Spark job of Python tasks, a summary per task."""
     selected = [f"COALESCE({train}, false) AS _train"]
     selected += [f"CAST({sql} AS DOUBLE) AS `{i}`" for i, sql in enumerate(numbers)]
     selected += [f"CAST({sql} AS STRING) AS `{len(numbers) + i}`" for i, sql in enumerate(texts)]
     width = len(numbers) + len(texts)
     keys = list(dict.fromkeys(sql for sql_set in key_sets for sql in sql_set))
     selected += [f"{sql} AS `{width + i}`" for i, sql in enumerate(keys)]
-    task = _SummaryTask(len(numbers), width, [[1 + width + keys.index(sql) for sql in sql_set] for sql_set in key_sets])
+    hashed = None
+    if row_hash is not None:
+        hashed = 1 + width + len(keys)
+        selected.append(f"{row_hash} AS `{width + len(keys)}`")
+    key_positions = [[1 + width + keys.index(sql) for sql in sql_set] for sql_set in key_sets]
+    task = _SummaryTask(len(numbers), width, key_positions, hashed)
     total = Summaries.of_columns(width, len(key_sets))
+    if row_hash is not None:
+        total.row_hashes = np.zeros(0, np.int64)
     # A task a core at most (each reads several partitions where there are more): the driver merges one
     # summary a task, whatever the partitions. The keys are taken before, so a partition's id is df's own.
     rows = df.selectExpr(*selected).coalesce(df.sparkSession.sparkContext.defaultParallelism)
@@ -164,17 +188,20 @@ def summarize(
 class _SummaryTask:
     """What each task runs: its batches summarized into one pickled row. The ranks each register has seen
     are kept as bits while the batches come (setting a bit costs the same however often it is set) and
-    turned into registers once."""
+    turned into registers once; the row hashes (at position `hashed`) are kept and made distinct once."""
 
-    def __init__(self, numbers: int, width: int, key_sets: list[list[int]] = ()):
-        self.numbers, self.width, self.key_sets = numbers, width, key_sets
+    def __init__(self, numbers: int, width: int, key_sets: list[list[int]] = (), hashed: int | None = None):
+        self.numbers, self.width, self.key_sets, self.hashed = numbers, width, key_sets, hashed
 
     def __call__(self, batches):
         import pyarrow as pa
 
         total = Summaries.of_columns(self.width, len(self.key_sets))
         seen = [np.zeros(_REGISTERS * _RANKS, bool) for _ in range(self.width)]
+        row_hashes = [np.zeros(0, np.int64)]
         for batch in batches:
+            if self.hashed is not None:
+                row_hashes.append(batch.column(self.hashed).to_numpy())
             train = batch.column(0).to_numpy(zero_copy_only=False).astype(bool)
             total.rows += batch.num_rows
             total.train_rows += int(np.count_nonzero(train))
@@ -191,6 +218,8 @@ class _SummaryTask:
                 summary.add_hashes(hashes)
         for summary, ranks in zip(total.columns, seen):
             summary.registers = _registers(ranks)
+        if self.hashed is not None:
+            total.row_hashes = np.unique(np.concatenate(row_hashes))
         yield pa.RecordBatch.from_pydict({"summaries": [pickle.dumps(total)]})
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from data_prep import job
 from data_prep.job import _repeated_rows, prepare, summary
 from data_prep.profile import column_statistics, count_duplicates
 from data_prep.score_rows import apply_feature_pipeline
@@ -47,9 +48,10 @@ def test_digits_manifest(digits):
 def test_python_workers_start_and_the_statistics_run_beside_the_steps_before_the_write(digits):
     steps = {s["step"]: s for s in digits.steps}
     assert steps["start workers"]["jobs"] == 1 and steps["write splits"]["jobs"] == 1
-    # The statistics' aggregate ran beside the counts, once: featurize used its result and ran no job.
-    assert steps["statistics"]["jobs"] >= 1 and steps["statistics"]["rows"] == 1797
-    assert steps["featurize"]["jobs"] == 0
+    # The statistics ran beside the steps, once, and counted the repeated rows too (no step of their own):
+    # featurize used their result and ran no job.
+    assert steps["statistics"]["jobs"] == 1 and steps["statistics"]["rows"] == 1797
+    assert steps["featurize"]["jobs"] == 0 and "repeated rows" not in steps
 
 
 def test_an_input_without_rejected_rows_gets_an_empty_quarantine_of_the_rejected_rows_schema(spark, digits):
@@ -269,17 +271,24 @@ def test_tabular_csv_is_validated_deduplicated_and_featurized(tabular):
     assert profile["columns"]["monthly_spend"]["nulls"] == 16 and profile["deduplicated"] is True
 
 
-def test_repeated_rows_kept_without_dedupe_get_ids_of_their_own(spark, tabular):
+@pytest.mark.parametrize("hashed_on_driver_rows", [job.HASHED_ON_DRIVER_ROWS, 0])
+def test_repeated_rows_kept_without_dedupe_get_ids_of_their_own(spark, tabular, monkeypatch, hashed_on_driver_rows):
     """The exact duplicate row of the CSV shares its content's row id with the row it repeats; kept (no
-    dedupe), it is counted, numbered apart and written with every other row, each id once."""
+    dedupe), it is counted, numbered apart and written with every other row, each id once: counted by the
+    column statistics' tasks, or by a Spark aggregate of its own past HASHED_ON_DRIVER_ROWS clean rows."""
     _, base = tabular
+    monkeypatch.setattr(job, "HASHED_ON_DRIVER_ROWS", hashed_on_driver_rows)
+    output = base / f"kept-{hashed_on_driver_rows}"
     cfg = load_config(
         ROOT / "conf" / "tabular.yaml",
-        [f"data.path={base / 'customers.csv'}", f"data.output={base / 'kept'}", "data.dedupe=false"],
+        [f"data.path={base / 'customers.csv'}", f"data.output={output}", "data.dedupe=false"],
     )
-    m = prepare(spark, cfg.data).manifest
+    result = prepare(spark, cfg.data)
+    m = result.manifest
     assert m["duplicates"] == 1 and sum(s["rows"] for s in m["splits"].values()) == 401
-    ids = spark.read.parquet(*[f"{base / 'kept'}/{name}" for name in m["splits"]]).select("_row_id")
+    steps = [step["step"] for step in result.steps]
+    assert ("repeated rows" in steps) == (hashed_on_driver_rows == 0)
+    ids = spark.read.parquet(*[f"{output}/{name}" for name in m["splits"]]).select("_row_id")
     assert ids.count() == 401 and ids.distinct().count() == 401
 
 
@@ -406,8 +415,6 @@ def test_rows_per_split_class_partition_and_category_come_with_the_column_statis
 
 def test_rows_repeating_a_content_hash_are_counted_apart_on_many_rows_a_partition_alike(spark, monkeypatch):
     """From HASH_APART_ROWS rows a partition the hash's rows are numbered in a sorted window of their own."""
-    from data_prep import job
-
     rows = spark.range(0, 90, 1, numPartitions=3).selectExpr("id AS _hash", "id % 2 AS _n", "'a' AS t")
     # The content hashed: 2 distinct (label, text) pairs in 90 rows, so 88 rows repeat an earlier one.
     assert _repeated_rows(rows, ["_n", "t"], 90) == 88 and _repeated_rows(rows, ["_hash"], 90) == 0

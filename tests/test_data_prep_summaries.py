@@ -92,3 +92,17 @@ def test_summaries_of_a_frame_over_several_workers_equal_the_exact_figures(spark
     for _, _, word, split in rows:
         expected[(split, word)] = expected.get((split, word), 0) + 1
     assert per_split_and_word == expected and per_sign == {(False,): n}
+
+
+def test_rows_repeating_a_content_hash_are_counted_across_tasks_as_sparks_aggregate_counts_them(spark):
+    """Rows repeated within a partition and across partitions (four tasks): the distinct hashes merged on the
+    driver give the count of _repeated_rows' aggregate, and a frame without repeats counts none."""
+    from data_prep.job import _repeated_rows
+
+    rows = spark.range(0, 400, 1, numPartitions=4).selectExpr("id", "id % 7 AS a", "CAST(id % 3 AS STRING) AS b")
+    content = ["a", "b"]
+    repeated = summarize(rows, ["a"], [], "false", row_hash="xxhash64(a, b)").repeated
+    assert repeated == _repeated_rows(rows, content, 400) == 400 - 21
+    assert summarize(rows, ["a"], [], "false", row_hash="xxhash64(id, a)").repeated == 0
+    assert summarize(rows.where("false"), ["a"], [], "false", row_hash="xxhash64(a, b)").repeated == 0
+    assert summarize(rows, ["a"], [], "false").row_hashes is None
