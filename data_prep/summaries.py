@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import pickle
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -124,7 +125,7 @@ class Summaries:
     train_rows: int = 0
     columns: list[ColumnSummary] = field(default_factory=list)
     # Per set of keys, the rows of each combination of their values (a tuple).
-    counts: list[dict[tuple, int]] = field(default_factory=list)
+    counts: list[Counter[tuple]] = field(default_factory=list)
     # The distinct row hashes, sorted, where they were asked for.
     row_hashes: np.ndarray | None = None
 
@@ -136,7 +137,7 @@ class Summaries:
     @classmethod
     def of_columns(cls, width: int, key_sets: int = 0) -> Summaries:
         """The summaries of `width` columns and `key_sets` sets of keys before any row."""
-        return cls(columns=[ColumnSummary() for _ in range(width)], counts=[{} for _ in range(key_sets)])
+        return cls(columns=[ColumnSummary() for _ in range(width)], counts=[Counter() for _ in range(key_sets)])
 
     def merge(self, other: Summaries) -> None:
         self.rows += other.rows
@@ -144,7 +145,7 @@ class Summaries:
         for mine, theirs in zip(self.columns, other.columns):
             mine.merge(theirs)
         for mine, theirs in zip(self.counts, other.counts):
-            _add_counts(mine, theirs)
+            mine.update(theirs)
         if other.row_hashes is not None:
             self.row_hashes = np.union1d(self.row_hashes, other.row_hashes)
 
@@ -206,7 +207,7 @@ class _SummaryTask:
             total.rows += batch.num_rows
             total.train_rows += int(np.count_nonzero(train))
             for counts, positions in zip(total.counts, self.key_sets):
-                _add_counts(counts, _key_counts(batch, positions))
+                counts.update(_key_counts(batch, positions))
             for i, summary in enumerate(total.columns):
                 array = batch.column(i + 1)
                 summary.nulls += array.null_count
@@ -233,11 +234,6 @@ def _key_counts(batch, positions: list[int]) -> dict[tuple, int]:
     grouped = keys.group_by(names).aggregate([(names[0], "count", pc.CountOptions(mode="all"))])
     values = [grouped.column(name).to_pylist() for name in names]
     return dict(zip(zip(*values), grouped.column(f"{names[0]}_count").to_pylist()))
-
-
-def _add_counts(total: dict[tuple, int], counts: dict[tuple, int]) -> None:
-    for key, n in counts.items():
-        total[key] = total.get(key, 0) + n
 
 
 def _add_numbers(summary: ColumnSummary, array, train: np.ndarray) -> np.ndarray:
