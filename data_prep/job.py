@@ -20,6 +20,7 @@ from data_prep.profile import (
     class_warnings,
     column_statistics,
     content_groups,
+    content_hash,
     count_duplicates,
     drop_duplicates,
     profile,
@@ -328,15 +329,13 @@ def _require_two_classes(cfg: DataConfig, classes: dict[str, int], names: list[s
 
 
 def _repeated_rows(clean, content: list[str], rows: int) -> int:
-    """The rows of clean that repeat an earlier row's 64-bit hash of the `content` columns: 0, no duplicate.
-    Identical rows hash alike (Spark's hash, as its distinct, takes -0.0 for 0.0).
+    """The rows of clean that repeat an earlier row's `profile.content_hash` of the `content` columns: 0, no
+    duplicate.
 
     An aggregate counts the rows per hash and sums the repeats. From HASH_APART_ROWS a partition (of `rows`
     clean rows), a group a hash outgrows the aggregate's memory: the rows are then numbered in hash order
     instead, a sort of a narrow column."""
-    from pyspark.sql import functions as F
-
-    hashed = clean.select(F.xxhash64(*[column(c) for c in content]).alias("_hash"))
+    hashed = clean.selectExpr(f"{content_hash(content)} AS _hash")
     # (A partition holds at most every row: the partitions are counted only where that passes the limit.)
     apart = rows > HASH_APART_ROWS and rows > HASH_APART_ROWS * hashed.rdd.getNumPartitions()
     if apart:

@@ -15,6 +15,12 @@ from sparkml_par.contract import ROW_ID, SPLIT, column, quoted
 COPIES = "_copies"
 
 
+def content_hash(columns: list[str]) -> str:
+    """The SQL of a row's 64-bit hash of its content (`columns`): identical rows hash alike (Spark's hash, as
+    its distinct, takes -0.0 for 0.0). Both counts of the repeated rows hash with it."""
+    return f"xxhash64({', '.join(quoted(c) for c in columns)})"
+
+
 def content_groups(df, columns: list[str]):
     """df's rows per row id and content (`columns`), with how many rows each group holds (COPIES): what
     prepare counts, drops or numbers the repeated rows from, one aggregate whose partial aggregation merges
@@ -127,7 +133,7 @@ def column_statistics(
         [quoted(name) for name in strings],
         train,
         key_sets,
-        None if repeated_over is None else f"xxhash64({', '.join(quoted(c) for c in repeated_over)})",
+        None if repeated_over is None else content_hash(repeated_over),
     )
     position = {(name, None): i for i, name in enumerate(numeric)}
     position.update({number: len(numeric) + i for i, number in enumerate(parts)})
