@@ -60,17 +60,16 @@ def fit_feature_pipeline(
     train_df,
     specs: list[ColumnSpec],
     cfg: FeaturizeConfig,
-    counted: dict[str, list[tuple[str, int]]],
     statistics: ColumnStatistics,
 ) -> FittedPipeline:
     """Builds the configured stages from statistics of the train split (never of validation or test rows).
 
-    Fitting stage by stage reads the train rows once per estimator; here the caller's aggregates give what
-    the stages need: `statistics` each number input's count, mean, variance and median over the train rows
-    (`profile.column_statistics` of `number_inputs`, with the profile), `counted` each text column's values
-    in train with their rows (counted with the splits). From them comes the recipe: each number's fill, each
-    text column's kept categories, the scaler's mean and standard deviation per assembled feature (from the
-    moments of each column and category, with the gaps filled).
+    Fitting stage by stage reads the train rows once per estimator; here the caller's statistics give what
+    the stages need (`profile.column_statistics` of `number_inputs`, with the counts): each number input's
+    count, mean, variance and median over the train rows, and each text column's values in train with their
+    rows (`categories`). From them comes the recipe: each number's fill, each text column's kept categories,
+    the scaler's mean and standard deviation per assembled feature (from the moments of each column and
+    category, with the gaps filled).
     """
     from pyspark.sql.types import IntegralType
 
@@ -105,7 +104,8 @@ def fit_feature_pipeline(
     for name in strings:
         # Most frequent first, ties in text order, as Spark's StringIndexer orders them; as StringIndexer,
         # no category for a missing value.
-        labels = sorted(((value, n) for value, n in counted.get(name, []) if value is not None), key=_by_rows)
+        counted = statistics.categories.get(name, [])
+        labels = sorted(((value, n) for value, n in counted if value is not None), key=_by_rows)
         kept = labels[: cfg.max_categories] if cfg.max_categories else labels
         kept_categories[name] = [label for label, _ in kept]
         categories[name] = {"distinct": len(labels), "kept": len(kept)}

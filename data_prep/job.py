@@ -236,12 +236,12 @@ def _build_validated(
         fitted = None
         if numbers is not None:
             train = clean.where(F.col(SPLIT) == "train")
-            fitted = featurize.fit_feature_pipeline(train, v.features, cfg.featurize, statistics.categories, statistics)
+            fitted = featurize.fit_feature_pipeline(train, v.features, cfg.featurize, statistics)
         # The profile from the statistics (and a vector column's own aggregate) beside the writes.
         beside.append(
             steps.beside(
                 "profile",
-                lambda: write_profile(profile(clean, cfg.label, v.features, statistics.classes, statistics)),
+                lambda: write_profile(profile(clean, cfg.label, v.features, statistics)),
             )
         )
         encode = featurize.BatchFeatures(v.features, fitted.recipe) if fitted is not None else None

@@ -74,13 +74,12 @@ def profile(
     df,
     label: str,
     specs: list[ColumnSpec],
-    label_distribution: dict[str, int] | None,
     statistics: ColumnStatistics | None = None,
 ) -> dict[str, Any]:
     """Count, nulls, min/max/mean/stddev, approximate distinct counts, and the label distribution (rows per
-    class of a classification label, counted by the caller together with the splits). `statistics`: the
-    scalar columns' summaries when the caller made them (with the feature pipeline's numbers); the vector
-    columns (one, alone, in a valid config) are an aggregate of their own."""
+    class of a classification label) where the statistics counted the classes. `statistics`: the scalar
+    columns' summaries when the caller made them (with the feature pipeline's numbers and the counts); the
+    vector columns (one, alone, in a valid config) are an aggregate of their own."""
     if statistics is None:
         statistics = column_statistics(df, label, specs)
     columns = {name: dict(stats) for name, stats in statistics.columns.items()}
@@ -90,8 +89,8 @@ def profile(
     if vectors:
         columns.update(_vector_statistics(df, vectors))
     result = {"rows": statistics.rows, "columns": columns}
-    if label_distribution is not None:
-        result["label_distribution"] = label_distribution
+    if statistics.classes is not None:
+        result["label_distribution"] = statistics.classes
     return result
 
 

@@ -483,6 +483,7 @@ def test_prepare_command_and_spark_submit_entry(tmp_path, capsys):
 
 def test_profile_names_any_column(spark):
     """Column names that SQL must quote (a pipe, a backtick, a dot, a space) get their own statistics."""
+    from pyspark.sql import functions as F
     from pyspark.sql.types import ArrayType, DoubleType, FloatType, LongType, StringType, StructField, StructType
 
     from data_prep.profile import profile
@@ -498,7 +499,8 @@ def test_profile_names_any_column(spark):
     )
     rows = [(1.0, "a", [1.0, 2.0], 0), (3.0, None, [3.0, 4.0], 1), (None, "b", [5.0, 6.0], 1)]
     specs = [ColumnSpec("x|y", "float"), ColumnSpec("it`s", "string"), ColumnSpec("v.1", "vector")]
-    stats = profile(spark.createDataFrame(rows, schema), "class label", specs, {"0": 1, "1": 2})
+    df = spark.createDataFrame(rows, schema).withColumn("_split", F.lit("train"))
+    stats = profile(df, "class label", specs, column_statistics(df, "class label", specs, counts=True, classes=True))
 
     assert stats["rows"] == 3 and stats["label_distribution"] == {"0": 1, "1": 2}
     columns = stats["columns"]
@@ -553,9 +555,9 @@ def test_statistics_give_the_profile_and_the_train_split_figures_with_medians_or
     assert with_medians.train[("x", None)] == (40, 2.0, pytest.approx(80 / 39), 2.0)
     assert with_medians.train[("t", "hour")][3] == 1.0 and without.train[("x", None)][3] is None
     assert without.train[("x", None)][:3] == with_medians.train[("x", None)][:3]
-    assert profile(df, "y", specs, None, without) == profile(df, "y", specs, None, with_medians)
-    assert profile(df, "y", specs, None, without)["columns"]["t"] == {"nulls": 1, "distinct": 4}
-    x = profile(df, "y", specs, None)["columns"]["x"]
+    assert profile(df, "y", specs, without) == profile(df, "y", specs, with_medians)
+    assert profile(df, "y", specs, without)["columns"]["t"] == {"nulls": 1, "distinct": 4}
+    x = profile(df, "y", specs)["columns"]["x"]
     assert x == {
         "nulls": 1,
         "min": 0.0,
@@ -574,7 +576,7 @@ def test_profile_of_no_rows(spark):
     from sparkml_par.config import ColumnSpec
 
     schema = StructType([StructField("x", DoubleType()), StructField("s", StringType()), StructField("y", LongType())])
-    stats = profile(spark.createDataFrame([], schema), "y", [ColumnSpec("x", "float"), ColumnSpec("s", "string")], None)
+    stats = profile(spark.createDataFrame([], schema), "y", [ColumnSpec("x", "float"), ColumnSpec("s", "string")])
 
     assert stats == {
         "rows": 0,

@@ -4,8 +4,6 @@ equal its Spark ML pipeline's."""
 
 from __future__ import annotations
 
-from collections import Counter
-
 import numpy as np
 import pytest
 
@@ -25,18 +23,16 @@ TRAIN = [
 ]
 # Scored rows: a category unseen in train, and missing numbers.
 SCORED = TRAIN + [(3.0, None, "WN"), (None, None, "DL")]
-# The carriers of TRAIN with their rows, as prepare counts them with the splits (in no particular order).
-COUNTED = {"carrier": sorted(Counter(row[2] for row in TRAIN).items())}
 
 
-def _fit(train, config: FeaturizeConfig, counted=COUNTED):
-    """The pipeline built as prepare builds it: from the profile's aggregate of these rows as the train split
-    (with a label, which the profile always reads: one of the rows' values, as prepare's is; Spark 4.0's
-    unpivot of a literal beside columns reads their nulls as zeros) and the counted categories."""
+def _fit(train, config: FeaturizeConfig):
+    """The pipeline built as prepare builds it: from the statistics of these rows as the train split, their
+    categories counted (with a label, which the statistics always read: one of the rows' values, as
+    prepare's is)."""
     rows = train.selectExpr("*", "'train' AS _split", "length(carrier) AS label")
     numbers = featurize.number_inputs(SPECS)
-    statistics = column_statistics(rows, "label", SPECS, numbers, medians=config.impute == "median")
-    return featurize.fit_feature_pipeline(train, SPECS, config, counted, statistics)
+    statistics = column_statistics(rows, "label", SPECS, numbers, medians=config.impute == "median", counts=True)
+    return featurize.fit_feature_pipeline(train, SPECS, config, statistics)
 
 
 def _stage_by_stage(train, config: FeaturizeConfig):
@@ -95,7 +91,7 @@ def test_a_number_column_with_no_value_in_train_is_named(spark):
 
     train = spark.createDataFrame([(None, 1, "UA"), (None, 2, "AA")], "distance double, delay int, carrier string")
     with pytest.raises(SparkmlParError, match="'distance': every value is missing in the train split"):
-        _fit(train, FeaturizeConfig(impute="median"), {"carrier": [("UA", 1), ("AA", 1)]})
+        _fit(train, FeaturizeConfig(impute="median"))
 
 
 @pytest.mark.parametrize(
