@@ -215,10 +215,12 @@ def write_splits(
 
 
 def start_workers(spark) -> None:
-    """Runs a task a core that imports what the write tasks import, so that Spark starts its Python workers
-    (and its JVM the Arrow path to them) beside the steps before the write instead of in the write's first
-    tasks; Spark reuses the idle workers for the write."""
-    cores = spark.sparkContext.defaultParallelism
+    """Runs a task on every core but one that imports what the write tasks import, so that Spark starts its
+    Python workers (and its JVM the Arrow path to them) beside the steps before the write instead of in the
+    write's first tasks; Spark reuses the idle workers for the write and starts another where one more task
+    needs it. The core left free runs validation's first task meanwhile, which would otherwise wait for the
+    workers' start (the longer where their daemon imports torch for training first)."""
+    cores = max(1, spark.sparkContext.defaultParallelism - 1)
     spark.range(0, cores, 1, cores).mapInArrow(_with_writer_imports, "id long").collect()
 
 

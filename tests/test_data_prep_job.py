@@ -172,6 +172,20 @@ def test_a_failed_job_leaves_no_dataset_and_no_staging(spark, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_the_python_workers_start_on_every_core_but_one(spark):
+    """The workers' start leaves a core to the steps beside it: validation's first task runs at once."""
+    from data_prep.write import start_workers
+    from sparkml_par.spark_runtime.spark_jobs import spark_job
+
+    sc = spark.sparkContext
+    with spark_job(sc, "start workers") as job:
+        start_workers(spark)
+    tracker = sc.statusTracker()
+    (job_id,) = tracker.getJobIdsForGroup(job.group)
+    tasks = [tracker.getStageInfo(stage).numTasks for stage in tracker.getJobInfo(job_id).stageIds]
+    assert sc.defaultParallelism == 2 and tasks == [1]
+
+
 def test_a_failed_step_stops_the_jobs_beside_it(spark, tmp_path, monkeypatch):
     """A job beside the steps (here the Python workers' start, made to run until it is cancelled) is cancelled
     when a step fails: prepare raises the step's error with no job of its own left running."""
